@@ -1,0 +1,3 @@
+from dsdoctor.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""Domain values shared by every stage: evidence, symptoms, timeline, findings, the report.
+
+Data flows one way (see docs/design.md): readers and formats produce symptoms, timeline points
+and log facts; the rules engine turns them (plus config, model, env, script facts) into findings;
+renderers only render a :class:`Report`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Symptom kinds, as the issue tracker names them. Formats may only emit these (the loader checks).
+SYMPTOM_KINDS: tuple[str, ...] = (
+    "fp16-overflow",
+    "loss-scale-collapse",
+    "nan-loss",
+    "loss-zero",
+    "gpu-oom",
+    "cpu-oom",
+    "hang",
+    "op-build-failure",
+    "config-mismatch",
+    "batch-size-mismatch",
+    "offload-client-optimizer",
+    "port-in-use",
+    "launcher-nonzero-exit",
+    "python-exception",
+)
+
+SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One log line that proves something: where it is and what it says."""
+
+    file: str
+    line: int  # 1-based physical line number (counted by b"\n")
+    text: str  # normalized text: ANSI removed, rank prefix and markdown quote peeled, capped length
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """What the log shows (a fact, not a verdict), aggregated over every occurrence."""
+
+    kind: str
+    count: int
+    evidence: tuple[Evidence, ...]  # strongest first, capped (first, last, strongest, one per rank)
+    first: Evidence
+    last: Evidence
+    ranks: tuple[int, ...] = ()
+    files: tuple[str, ...] = ()
+    patterns: dict[str, int] = field(default_factory=dict)  # pattern id -> count
+    # Extracted values, aggregated: numeric field -> {"first","last","min","max"};
+    # text field -> list of distinct values (at most 10, in order of first appearance).
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "count": self.count,
+            "ranks": list(self.ranks),
+            "files": list(self.files),
+            "first": self.first.to_dict(),
+            "last": self.last.to_dict(),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "patterns": dict(self.patterns),
+            "values": self.values,
+        }
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """One sample of the run's progress (step lines, Trainer dicts, tqdm bars)."""
+
+    file: str
+    line: int
+    source: str  # pattern id that produced it
+    step: int | None = None
+    loss: float | None = None
+    grad_norm: float | None = None
+    loss_scale: float | None = None
+    skipped: int | None = None
+    lr: float | None = None
+    throughput: float | None = None  # samples/s or it/s as printed
+    epoch: float | None = None
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Fact:
+    """Something the log states about the run (launch command, world size, engine config, ...).
+
+    ``name`` is a stable id such as ``launch-cmd``, ``ds-config-json``, ``engine-config-item``,
+    ``world-size``, ``gpu-name``, ``num-elems``, ``trainable-params``, ``package-version``.
+    """
+
+    name: str
+    values: dict[str, Any]
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A diagnosis produced by a rule: why, with the numbers, and the concrete change."""
+
+    rule: str  # stable code, e.g. "DS102"
+    name: str  # problem-naming name, e.g. "loss-scale-collapse"
+    severity: str  # error | warning | info
+    title: str
+    message: str
+    fix: str = ""
+    config_path: str | None = None  # dotted path in the config, or CLI argument name without dashes
+    config_line: int | None = None
+    config_file: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+    references: tuple[str, ...] = ()
+    fix_change: dict[str, Any] | None = None  # machine-applicable {"path","old","new"} where safe
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "rule": self.rule,
+            "name": self.name,
+            "severity": self.severity,
+            "title": self.title,
+            "message": self.message,
+            "fix": self.fix,
+            "config_path": self.config_path,
+            "config_line": self.config_line,
+            "config_file": self.config_file,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "references": list(self.references),
+        }
+        if self.fix_change is not None:
+            d["fix_change"] = self.fix_change
+        return d
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    path: str
+    lines: int
+    bytes: int
+    compressed: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a renderer needs. Built once, never mutated, never re-queried."""
+
+    files: tuple[FileSummary, ...]
+    symptoms: tuple[Symptom, ...]
+    findings: tuple[Finding, ...] = ()
+    timeline: tuple[TimelinePoint, ...] = ()
+    facts: tuple[Fact, ...] = ()
+    inputs: dict[str, Any] = field(default_factory=dict)  # configs/model/env/scripts used, engine
+    notes: tuple[str, ...] = ()  # e.g. "no --env given: CPU RAM rules used the log only"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(f.severity == "error" for f in self.findings) else 0
+
+    def symptom(self, kind: str) -> Symptom | None:
+        for s in self.symptoms:
+            if s.kind == kind:
+                return s
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "files": [asdict(f) for f in self.files],
+            "inputs": self.inputs,
+            "symptoms": [s.to_dict() for s in self.symptoms],
+            "findings": [f.to_dict() for f in self.findings],
+            "timeline": [p.to_dict() for p in self.timeline],
+            "facts": [
+                {"name": f.name, "values": f.values, "evidence": f.evidence.to_dict()}
+                for f in self.facts
+            ],
+            "notes": list(self.notes),
+        }
