@@ -1,0 +1,139 @@
+"""dsdoctor.estimate reproduces DeepSpeed's ZeRO-2/ZeRO-3 estimators exactly."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsdoctor.estimate import SCOPE_NOTE, estimate_zero2, estimate_zero3, offload_need
+
+# The Transformers DeepSpeed guide's bigscience/T0_3B table (docs "Memory requirements").
+# The guide prints the rounded count "2783M"; the six figures pin the exact count it used to
+# 2,783,90x,xxx-2,783,96x,xxx, and the largest layer is the 32128 x 2048 shared embedding.
+GUIDE_T0_3B = """\
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 1 node, 1 GPU per node.
+SW: Model with 2783M total params, 65M largest layer params.
+  per CPU  |  per GPU |   Options
+   70.00GB |   0.25GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1
+   70.00GB |   0.25GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0
+   62.23GB |   5.43GB | offload_param=none, offload_optimizer=cpu , zero_init=1
+   62.23GB |   5.43GB | offload_param=none, offload_optimizer=cpu , zero_init=0
+    0.37GB |  46.91GB | offload_param=none, offload_optimizer=none, zero_init=1
+   15.56GB |  46.91GB | offload_param=none, offload_optimizer=none, zero_init=0"""
+
+# Printed by DeepSpeed 0.19.8 estimate_zero3_model_states_mem_needs_all_cold(2783e6, 65e6)
+# (its enum device name is shown as the guide shows it: 'cpu ').
+DS_0198_T0_ROUND = """\
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 1 node, 1 GPU per node.
+SW: Model with 2783M total params, 65M largest layer params.
+  per CPU  |  per GPU |   Options
+   69.98GB |   0.24GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1
+   69.98GB |   0.24GB | offload_param=cpu , offload_optimizer=cpu , zero_init=0
+   62.20GB |   5.43GB | offload_param=none, offload_optimizer=cpu , zero_init=1
+   62.20GB |   5.43GB | offload_param=none, offload_optimizer=cpu , zero_init=0
+    0.36GB |  46.90GB | offload_param=none, offload_optimizer=none, zero_init=1
+   15.55GB |  46.90GB | offload_param=none, offload_optimizer=none, zero_init=0"""
+
+# DeepSpeed 0.19.8 estimate_zero2_model_states_mem_needs_all_cold(124439808, 8, 2)
+DS_0198_GPT2_Z2 = """\
+Estimated memory needed for params, optim states and gradients for a:
+HW: Setup with 2 nodes, 8 GPUs per node.
+SW: Model with 124M total params.
+  per CPU  |  per GPU |   Options
+   11.13GB |   0.23GB | offload_optimizer=cpu 
+    5.56GB |   0.36GB | offload_optimizer=none"""
+
+
+def test_guide_t0_3b_table() -> None:
+    est = estimate_zero3(2_783_930_000, 32128 * 2048, 1, 1)
+    assert est.table() == GUIDE_T0_3B
+
+
+def test_deepspeed_0198_printed_tables() -> None:
+    assert estimate_zero3(int(2783e6), int(65e6)).table() == DS_0198_T0_ROUND
+    assert estimate_zero2(124_439_808, 8, 2).table() == DS_0198_GPT2_Z2
+
+
+def test_rows_and_selection() -> None:
+    est = estimate_zero3(int(2783e6), int(65e6))
+    assert len(est.rows) == 6
+    both = est.row(offload_optimizer=True, offload_param=True, zero_init=True)
+    assert both.cpu_bytes == int(2783e6 * 18 * 1.5)
+    assert both.gpu_bytes == 4 * int(65e6)
+    with pytest.raises(KeyError):
+        est.row(offload_optimizer=False, offload_param=True)
+    z2 = offload_need(2, int(2783e6), None, 1, 1, offload_optimizer=True, offload_param=False)
+    assert z2.cpu_bytes == int(2783e6 * 16 * 1.5) and z2.gpu_bytes == 2 * int(2783e6)
+    # Multi-node: ZeRO-3 CPU need is divided across nodes (gpus_factor = 1/nodes).
+    one = offload_need(3, 10**9, 10**7, 8, 1, True, True)
+    two = offload_need(3, 10**9, 10**7, 8, 2, True, True)
+    assert two.cpu_bytes == one.cpu_bytes // 2
+
+
+def test_to_dict_carries_scope_note() -> None:
+    d = estimate_zero2(10**9).to_dict()
+    assert d["note"] == SCOPE_NOTE and "per node" in SCOPE_NOTE and "not activations" in SCOPE_NOTE
+    json.dumps(d)
+
+
+def test_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        estimate_zero2(0)
+    with pytest.raises(ValueError):
+        estimate_zero3(10, 1, num_gpus_per_node=0)
+
+
+# --- against DeepSpeed itself, where it is installed -------------------------------------------
+
+def _ds():
+    pytest.importorskip("torch")
+    s12 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
+    s3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    return s12, s3
+
+
+def _normalize(text: str) -> str:
+    # Python >= 3.11 formats DeepSpeed's str-enum as 'OffloadDeviceEnum.cpu' (DeepSpeed means 'cpu ').
+    return re.sub(r"OffloadDeviceEnum\.cpu", "cpu ", text).strip()
+
+
+@settings(max_examples=60, deadline=None)
+@given(total=st.integers(1, 10**12), largest=st.integers(1, 10**10),
+       gpus=st.integers(1, 16), nodes=st.integers(1, 64))
+def test_matches_deepspeed_functions(total: int, largest: int, gpus: int, nodes: int) -> None:
+    s12, s3 = _ds()
+    for off in (True, False):
+        assert offload_need(2, total, None, gpus, nodes, off, False) == \
+            estimate_zero2(total, gpus, nodes).row(off)
+        cpu, gpu = s12.estimate_zero2_model_states_mem_needs(total, gpus, nodes, off)
+        row = estimate_zero2(total, gpus, nodes).row(off)
+        assert (row.cpu_bytes, row.gpu_bytes) == (cpu, gpu)
+        for offp in ((True, False) if off else (False,)):
+            for zi in (True, False):
+                cpu, gpu, _ = s3.estimate_zero3_model_states_mem_needs(
+                    total, largest, gpus, nodes, off, offp, zi)
+                row = estimate_zero3(total, largest, gpus, nodes).row(off, offp, zi)
+                assert (row.cpu_bytes, row.gpu_bytes) == (cpu, gpu)
+
+
+@pytest.mark.parametrize("total,largest,gpus,nodes", [
+    (2_783_930_000, 65_798_144, 1, 1), (124_439_808, 38_597_376, 4, 1),
+    (6_738_415_616, 131_072_000, 8, 2), (70_553_706_496, 1_050_673_152, 8, 16)])
+def test_matches_deepspeed_printed_table(total: int, largest: int, gpus: int, nodes: int) -> None:
+    s12, s3 = _ds()
+    for fn, mine in ((lambda: s3.estimate_zero3_model_states_mem_needs_all_cold(
+                          total, largest, gpus, nodes), estimate_zero3(total, largest, gpus, nodes)),
+                     (lambda: s12.estimate_zero2_model_states_mem_needs_all_cold(total, gpus, nodes),
+                      estimate_zero2(total, gpus, nodes))):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            fn()
+        assert _normalize(mine.table()) == _normalize(buf.getvalue())
