@@ -1,0 +1,341 @@
+"""The analysis context: everything rules may look at, gathered once before the engine runs.
+
+:func:`build_context` turns the command-line inputs (``--config``, ``--model``, ``--env``,
+``--script``, ``--ds-version``) and the log's :class:`ScanResult` into a :class:`Context`.
+Rules only read it; the one thing they may add is a note that a fact was missing and which flag
+would supply it (:meth:`Context.missing`), so the report can say "give --env to check CPU RAM".
+
+Optional collaborators (issue 3 part B) are looked up lazily so the context works while they are
+written and when a piece is absent:
+
+* ``dsdoctor.logfacts.extract(facts) -> LogFacts`` with attributes ``trainer_args`` (dict of
+  Trainer argument -> value, as typed as the log allows), ``ds_config`` (the DeepSpeed config
+  rebuilt from the engine's printed config, or None), ``world_size`` (int or None),
+  ``uses_trainer`` (bool or None);
+* ``dsdoctor.modelinfo.load_model_info(path) -> ModelInfo`` (``--model``);
+* ``dsdoctor.scriptcheck.check_script(path) -> ScriptFacts`` (``--script``);
+* ``dsdoctor.envinfo.load_snapshot(path) -> dict`` and ``envinfo.collect() -> dict`` (``--env``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from dsdoctor.configfile import ConfigDoc, load_config, lookup
+from dsdoctor.errors import UsageError
+from dsdoctor.model import Fact, Symptom, TimelinePoint
+
+#: The release the config lints target when nothing says which DeepSpeed runs the config.
+DEFAULT_DS_VERSION = "0.19.8"
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A rule could not check something: which rule, what fact, which flag would supply it."""
+
+    rule: str
+    fact: str
+    flag: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: give {self.flag} to check {self.fact}"
+
+
+@dataclass
+class Context:
+    """Inputs of one analysis. Built once by :func:`build_context`; rules treat it as read-only."""
+
+    symptoms: dict[str, Symptom] = field(default_factory=dict)
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    files: list[Any] = field(default_factory=list)  # FileSummary of the scanned logs
+    configs: list[ConfigDoc] = field(default_factory=list)  # every --config, as given
+    ds: ConfigDoc | None = None  # the effective DeepSpeed config (from --config, else the log)
+    ds_source: str | None = None  # "config" | "accelerate" | "log" | None
+    ds_from_log: dict[str, Any] | None = None  # the config the engine printed, when the log has it
+    accelerate: ConfigDoc | None = None
+    trainer_args: dict[str, Any] = field(default_factory=dict)
+    uses_trainer: bool | None = None  # True: Trainer seen (log/args/script); False: seen not used
+    world_size: int | None = None
+    world_size_source: str | None = None
+    model: Any = None  # part B's ModelInfo
+    env: dict[str, Any] | None = None  # env snapshot (see dsdoctor env --format json)
+    env_source: str | None = None
+    scripts: list[Any] = field(default_factory=list)  # part B's ScriptFacts, one per --script
+    script_sources: dict[str, str] = field(default_factory=dict)  # path -> text (read, not run)
+    ds_version: str = DEFAULT_DS_VERSION  # the release the lints target
+    ds_version_source: str = "default"
+    log_facts: Any = None  # part B's LogFacts
+    notes: list[str] = field(default_factory=list)
+    missing_facts: list[Missing] = field(default_factory=list)
+
+    # --------------------------------------------------------------------------- config helpers
+    def cfg_get(self, path: str, default: Any = None) -> Any:
+        """Value at a dotted path of the effective DeepSpeed config (``zero_optimization.stage``)."""
+        if self.ds is None:
+            return default
+        return self.ds.get(path, default)
+
+    def cfg_has(self, path: str) -> bool:
+        """True when the effective DeepSpeed config writes this path."""
+        return self.ds is not None and self.ds.has(path)
+
+    def cfg_line(self, path: str) -> int | None:
+        """Line of the key (or of its nearest written ancestor) in its config file."""
+        return self.ds.line(path) if self.ds is not None else None
+
+    def cfg_file(self) -> str | None:
+        """File of the effective DeepSpeed config (None when rebuilt from the log)."""
+        if self.ds is None or self.ds_source == "log":
+            return None
+        return self.ds.path
+
+    def zero_stage(self) -> int:
+        """ZeRO stage as DeepSpeed reads it (0 when absent or unreadable)."""
+        try:
+            return int(self.cfg_get("zero_optimization.stage", 0) or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    def acc_get(self, path: str, default: Any = None) -> Any:
+        """Value at a dotted path of the Accelerate config."""
+        return self.accelerate.get(path, default) if self.accelerate is not None else default
+
+    # --------------------------------------------------------------------------- other inputs
+    def has_symptom(self, kind: str) -> bool:
+        """True when the log shows this symptom kind."""
+        return kind in self.symptoms
+
+    def symptom(self, kind: str) -> Symptom | None:
+        """The aggregated symptom of this kind, or None."""
+        return self.symptoms.get(kind)
+
+    def facts_named(self, name: str) -> list[Fact]:
+        """Log facts with this name, in log order."""
+        return [f for f in self.facts if f.name == name]
+
+    def env_get(self, path: str, default: Any = None) -> Any:
+        """Value at a dotted path of the env snapshot (``cpu.ram_total_bytes``, ``gpus[0].name``)."""
+        if not self.env:
+            return default
+        value = lookup(self.env, path, _MISSING)
+        return default if value is _MISSING else value
+
+    def gpu_memory_bytes(self) -> int | None:
+        """Smallest GPU memory of the env snapshot (the one that OOMs first), or None."""
+        sizes = [g.get("memory_total_bytes") for g in (self.env_get("gpus") or [])
+                 if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
+        return int(min(sizes)) if sizes else None
+
+    def missing(self, rule: str, fact: str, flag: str) -> None:
+        """Record that ``rule`` needs ``fact`` (supplied by ``flag``) and could not check it."""
+        m = Missing(rule, fact, flag)
+        if m not in self.missing_facts:
+            self.missing_facts.append(m)
+
+    def all_notes(self) -> list[str]:
+        """Notes plus one line per missing fact (for ``Report.notes``)."""
+        return list(self.notes) + [str(m) for m in self.missing_facts]
+
+
+# ------------------------------------------------------------------------------------ building
+
+def _optional(module: str, attr: str) -> Any:
+    """``module.attr`` if that module exists and defines it, else None (work in progress)."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return None
+        raise
+    return getattr(mod, attr, None)
+
+
+def load_env(spec: str) -> dict[str, Any]:
+    """An env snapshot from ``dsdoctor env --format json`` output, or ``local`` for this machine."""
+    if spec == "local":
+        collect = _optional("dsdoctor.envinfo", "collect")
+        if collect is None:
+            raise UsageError("--env local: environment collection is not available in this build; "
+                             "give a snapshot file made with 'dsdoctor env --format json'")
+        return collect()
+    loader = _optional("dsdoctor.envinfo", "load_snapshot")
+    if loader is not None:
+        return loader(spec)
+    try:
+        with open(spec, "rb") as fh:
+            raw = fh.read(16 * 1024 * 1024)
+        data = json.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{spec}: no such env snapshot; make one with 'dsdoctor env --format json'") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{spec}: not a JSON env snapshot ({type(exc).__name__}); make one with "
+                         "'dsdoctor env --format json'") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{spec}: an env snapshot must be a JSON object; make one with "
+                         "'dsdoctor env --format json'")
+    return data
+
+
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?")
+
+
+def _version_of(value: Any) -> str | None:
+    if isinstance(value, str):
+        m = _VERSION.match(value.strip().lstrip("v"))
+        if m:
+            return m.group()
+    return None
+
+
+def _log_ds_version(facts: Iterable[Fact]) -> str | None:
+    for f in facts:
+        if f.name == "package-version":
+            pkg = str(f.values.get("package") or f.values.get("name") or "").lower()
+            if pkg == "deepspeed":
+                v = _version_of(f.values.get("version"))
+                if v:
+                    return v
+    return None
+
+
+def _coerce_trainer_args(raw: Any) -> dict[str, Any]:
+    """Trainer arguments given as a dict or as an argv list (``["--fp16", "--lr", "2e-5"]``)."""
+    if isinstance(raw, dict):
+        return {str(k).lstrip("-").replace("-", "_"): v for k, v in raw.items()}
+    out: dict[str, Any] = {}
+    if isinstance(raw, (list, tuple)):
+        items = [str(x) for x in raw]
+        i = 0
+        while i < len(items):
+            tok = items[i]
+            if tok.startswith("--"):
+                name, eq, val = tok[2:].partition("=")
+                name = name.replace("-", "_")
+                if eq:
+                    out[name] = val
+                elif i + 1 < len(items) and not items[i + 1].startswith("--"):
+                    out[name] = items[i + 1]
+                    i += 1
+                else:
+                    out[name] = True
+            i += 1
+    return out
+
+
+def build_context(args: Any, scan_result: Any = None) -> Context:
+    """Gather every input of one analysis into a :class:`Context`.
+
+    ``args`` needs ``config`` (list of paths), ``model``, ``env``, ``script`` (list) and optionally
+    ``ds_version`` and ``trainer_args`` (dict or argv list; used by rule examples and tests).
+    ``scan_result`` is the log's ScanResult (or None for a pre-flight check without a log).
+    """
+    ctx = Context()
+    if scan_result is not None:
+        ctx.symptoms = dict(getattr(scan_result, "symptoms", {}) or {})
+        ctx.timeline = list(getattr(scan_result, "timeline", []) or [])
+        ctx.facts = list(getattr(scan_result, "facts", []) or [])
+        ctx.files = list(getattr(scan_result, "files", []) or [])
+
+    # Configs: at most one DeepSpeed config and one Accelerate config make sense together.
+    for path in getattr(args, "config", None) or []:
+        doc = load_config(path)
+        ctx.configs.append(doc)
+        ctx.notes.extend(doc.notes)
+        if doc.kind == "accelerate":
+            if ctx.accelerate is None:
+                ctx.accelerate = doc
+            else:
+                ctx.notes.append(f"{path}: a second Accelerate config; only {ctx.accelerate.path} is used")
+            if doc.deepspeed is not None and ctx.ds is None:
+                ctx.ds, ctx.ds_source = doc.deepspeed, "accelerate"
+        elif ctx.ds is None or ctx.ds_source == "accelerate":
+            ctx.ds, ctx.ds_source = doc, "config"
+        else:
+            ctx.notes.append(f"{path}: a second DeepSpeed config; only {ctx.ds.path} is linted "
+                             "against the log")
+
+    # Facts the log states (part B's logfacts): Trainer arguments, printed config, world size.
+    extract = _optional("dsdoctor.logfacts", "extract")
+    if extract is not None and ctx.facts:
+        lf = extract(ctx.facts)
+        ctx.log_facts = lf
+        ctx.trainer_args.update(getattr(lf, "trainer_args", None) or {})
+        ds_log = getattr(lf, "ds_config", None)
+        if isinstance(ds_log, dict) and ds_log:
+            ctx.ds_from_log = ds_log
+            if ctx.ds is None:
+                ctx.ds = ConfigDoc("<log: engine config>", "deepspeed", ds_log)
+                ctx.ds_source = "log"
+                ctx.notes.append("no --config: linted the DeepSpeed config the engine printed in the log")
+        ws = getattr(lf, "world_size", None)
+        if isinstance(ws, int) and ws > 0:
+            ctx.world_size, ctx.world_size_source = ws, "log"
+        if getattr(lf, "uses_trainer", None) is not None:
+            ctx.uses_trainer = bool(lf.uses_trainer)
+
+    explicit = getattr(args, "trainer_args", None)
+    if explicit:
+        ctx.trainer_args.update(_coerce_trainer_args(explicit))
+        ctx.uses_trainer = True
+    elif ctx.trainer_args and ctx.uses_trainer is None:
+        ctx.uses_trainer = True
+
+    # Environment snapshot.
+    env_spec = getattr(args, "env", None)
+    if env_spec:
+        ctx.env = load_env(env_spec)
+        ctx.env_source = "this machine" if env_spec == "local" else env_spec
+        if ctx.world_size is None:
+            gpus = ctx.env_get("gpus")
+            # A snapshot describes one node; its GPU count is the world size only for one node.
+            if isinstance(gpus, list) and gpus and ctx.env_get("nodes", 1) == 1:
+                ctx.world_size, ctx.world_size_source = len(gpus), "env (one node)"
+    if ctx.world_size is None and isinstance(getattr(args, "world_size", None), int):
+        ctx.world_size, ctx.world_size_source = args.world_size, "args"
+
+    # Model config (never weights).
+    model_path = getattr(args, "model", None)
+    if model_path:
+        load_model = _optional("dsdoctor.modelinfo", "load_model_info")
+        if load_model is None:
+            ctx.notes.append(f"--model {model_path}: model analysis is not available in this build")
+        else:
+            ctx.model = load_model(model_path)
+
+    # Training scripts: read as text for AST checks; never imported or run.
+    check = _optional("dsdoctor.scriptcheck", "check_script")
+    for path in getattr(args, "script", None) or []:
+        try:
+            with open(path, "rb") as fh:
+                ctx.script_sources[path] = fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script path") from None
+        if check is not None:
+            ctx.scripts.append(check(path))
+    if ctx.uses_trainer is None and ctx.script_sources:
+        uses = any(re.search(r"\b(Trainer|SFTTrainer|Seq2SeqTrainer|TrainingArguments)\b", src)
+                   for src in ctx.script_sources.values())
+        ctx.uses_trainer = uses
+
+    # Which DeepSpeed release the config is linted for.
+    target = _version_of(getattr(args, "ds_version", None))
+    if target:
+        ctx.ds_version, ctx.ds_version_source = target, "--ds-version"
+    else:
+        env_v = _version_of(ctx.env_get("packages.deepspeed"))
+        log_v = _log_ds_version(ctx.facts)
+        if env_v:
+            ctx.ds_version, ctx.ds_version_source = env_v, "env"
+        elif log_v:
+            ctx.ds_version, ctx.ds_version_source = log_v, "log"
+    return ctx
+
+
+__all__ = ["Context", "Missing", "build_context", "load_env", "DEFAULT_DS_VERSION"]
