@@ -1,0 +1,61 @@
+"""The analysis as a function: logs (+ config, model, env, scripts) in, a frozen Report out.
+
+Used by ``dsdoctor analyze``, ``dsdoctor report`` and the tests. The rules engine and the
+context builder are optional imports so that the scanner works on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from dsdoctor.model import Report, SYMPTOM_KINDS
+from dsdoctor.scan import ScanResult, scan_files
+
+
+def _order(kind: str) -> int:
+    return SYMPTOM_KINDS.index(kind) if kind in SYMPTOM_KINDS else len(SYMPTOM_KINDS)
+
+
+def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = None,
+                 notes: Sequence[str] = ()) -> Report:
+    symptoms = sorted(scan.symptoms.values(), key=lambda s: (_order(s.kind), s.first.file,
+                                                              s.first.line))
+    return Report(
+        files=tuple(scan.files),
+        symptoms=tuple(symptoms),
+        findings=tuple(findings),
+        timeline=tuple(scan.timeline),
+        facts=tuple(scan.facts),
+        inputs=dict(inputs or {}),
+        notes=tuple(list(scan.notes) + list(notes)),
+    )
+
+
+def evaluate(args: argparse.Namespace, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:
+    """Run the rules engine if it is present: (findings, inputs description, notes)."""
+    try:
+        from dsdoctor import context as context_mod  # noqa: PLC0415
+        from dsdoctor import engine as engine_mod  # noqa: PLC0415
+    except ModuleNotFoundError as exc:  # engine not built (yet): symptoms only
+        if exc.name not in ("dsdoctor.context", "dsdoctor.engine"):
+            raise
+        return [], {"engine": scan.engine}, []
+    ctx = context_mod.build_context(args, scan)
+    findings = list(engine_mod.evaluate(ctx))
+    inputs = dict(getattr(ctx, "inputs", None) or {})
+    inputs.setdefault("engine", scan.engine)
+    notes = list(getattr(ctx, "notes", None) or [])
+    return findings, inputs, notes
+
+
+def run_analysis(logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
+                 env: str | None = None, scripts: Sequence[str] = (), engine: str = "auto",
+                 ds_version: str | None = None) -> Report:
+    """Analyze logs and the other inputs. Raises UsageError on bad input."""
+    scan = scan_files(list(logs), engine=engine) if logs else ScanResult(engine=engine)
+    args = argparse.Namespace(logs=list(logs), config=list(configs), model=model, env=env,
+                              script=list(scripts), ds_version=ds_version, engine=engine)
+    findings, inputs, notes = evaluate(args, scan)
+    return build_report(scan, findings, inputs, notes)

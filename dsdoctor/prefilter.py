@@ -1,0 +1,132 @@
+"""Find candidate lines in big byte chunks without running every pattern on every line.
+
+Two engines give the same answer: for each pattern, the end offsets of its prefilter's matches
+(at least one per ``\\n``/``\\r`` segment that contains a match). The scanner maps offsets to
+segments and de-duplicates, so the *set* of (segment, pattern) candidates is identical.
+
+* :class:`HyperscanEngine` compiles every prefilter into one Hyperscan database and scans each
+  chunk once (as fast as grep).
+* :class:`PythonEngine` needs no compiled extension (e.g. aarch64 nodes without a hyperscan wheel):
+  it searches each prefilter's required literal with ``bytes.find`` (C speed), then confirms the
+  prefilter regex on that line only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from dsdoctor.formats import Pattern, required_literals
+
+ENGINES = ("auto", "hyperscan", "python")
+
+
+class PythonEngine:
+    """Literal search + per-line regex confirmation. Pure Python, identical results."""
+
+    name = "python"
+
+    def __init__(self, patterns: Sequence[Pattern]):
+        self.patterns = list(patterns)
+        self._regexes = [
+            re.compile(p.prefilter.encode("utf-8"), re.IGNORECASE if p.caseless else 0)
+            for p in self.patterns
+        ]
+        # literal -> pattern indices, split by case sensitivity
+        self._exact: dict[bytes, list[int]] = {}
+        self._folded: dict[bytes, list[int]] = {}
+        self._no_literal: list[int] = []
+        for i, p in enumerate(self.patterns):
+            lits = required_literals(p.prefilter, p.caseless)
+            if not lits:
+                self._no_literal.append(i)
+                continue
+            table = self._folded if p.caseless else self._exact
+            for lit in lits:
+                table.setdefault(lit, []).append(i)
+
+    def _confirm(self, data: bytes, line_start: int, line_end: int, idxs, out) -> None:
+        for i in idxs:
+            for m in self._regexes[i].finditer(data, line_start, line_end):
+                out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
+
+    def candidates(self, data: bytes) -> list[tuple[int, int]]:
+        """(offset inside a match, pattern index) pairs, sorted by offset."""
+        out: list[tuple[int, int]] = []
+        folded = data.lower() if self._folded else b""
+        for table, hay in ((self._exact, data), (self._folded, folded)):
+            for lit, idxs in table.items():
+                find = hay.find
+                pos = find(lit)
+                while pos != -1:
+                    line_start = data.rfind(b"\n", 0, pos) + 1
+                    line_end = data.find(b"\n", pos)
+                    if line_end == -1:
+                        line_end = len(data)
+                    self._confirm(data, line_start, line_end, idxs, out)
+                    pos = find(lit, line_end)
+        for i in self._no_literal:
+            for m in self._regexes[i].finditer(data):
+                out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
+        out.sort()
+        return out
+
+
+class HyperscanEngine:
+    """All prefilters in one Hyperscan database; one pass per chunk."""
+
+    name = "hyperscan"
+
+    def __init__(self, patterns: Sequence[Pattern]):
+        import hyperscan  # noqa: PLC0415 - optional compiled dependency
+
+        self.patterns = list(patterns)
+        self._hs = hyperscan
+        self._db = None
+        if not self.patterns:
+            return
+        exprs, flags = [], []
+        for p in self.patterns:
+            exprs.append(p.prefilter.encode("utf-8"))
+            f = 0
+            if p.caseless:
+                f |= hyperscan.HS_FLAG_CASELESS
+            flags.append(f)
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
+        self._db = db
+
+    def candidates(self, data: bytes) -> list[tuple[int, int]]:
+        if self._db is None or not data:
+            return []
+        out: list[tuple[int, int]] = []
+        append = out.append
+
+        def on_match(idx, _frm, to, _flags, _ctx):
+            append((to - 1 if to > 0 else 0, idx))
+
+        self._db.scan(data, match_event_handler=on_match)
+        out.sort()
+        return out
+
+
+def hyperscan_available() -> bool:
+    try:
+        import hyperscan  # noqa: F401, PLC0415
+    except Exception:  # noqa: BLE001 - a broken wheel is "not available"
+        return False
+    return True
+
+
+def make_engine(patterns: Sequence[Pattern], engine: str = "auto"):
+    """The fastest available engine (``auto``), or the one asked for."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}")
+    if engine in ("auto", "hyperscan") and hyperscan_available():
+        return HyperscanEngine(patterns)
+    if engine == "hyperscan":
+        from dsdoctor.errors import UsageError  # noqa: PLC0415
+
+        raise UsageError("--engine hyperscan: the 'hyperscan' package is not installed here; "
+                         "use --engine python or pip install hyperscan")
+    return PythonEngine(patterns)
