@@ -20,7 +20,7 @@ GIB = 2**30
 
 #: Printed next to every estimate (the issue asks for it; users misread both points).
 SCOPE_NOTE = (
-    "covers parameters, gradients and optimizer states only (not activations or temporary "
+    "cover parameters, gradients and optimizer states only (not activations or temporary "
     "buffers); 'per CPU' means per node (host RAM of one node)"
 )
 

@@ -137,3 +137,58 @@ def test_matches_deepspeed_printed_table(total: int, largest: int, gpus: int, no
         with contextlib.redirect_stdout(buf):
             fn()
         assert _normalize(mine.table()) == _normalize(buf.getvalue())
+
+
+# --- the command -------------------------------------------------------------------------------
+
+def _t0_dir(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_ff": 5120,
+        "d_kv": 64, "d_model": 2048, "feed_forward_proj": "gated-gelu", "num_heads": 32,
+        "num_layers": 24, "vocab_size": 32128}))
+    return tmp_path
+
+
+def test_cli_text_reproduces_guide(tmp_path, capsys) -> None:
+    from dsdoctor.cli import main
+
+    assert main(["estimate", "--model", str(_t0_dir(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert GUIDE_T0_3B.split("\n", 1)[1] in out  # the guide's ZeRO-3 table, verbatim
+    assert "ZeRO-2" in out and "not activations" in out and "per node" in out
+
+
+def test_cli_json_and_markdown(tmp_path, capsys) -> None:
+    from dsdoctor.cli import main
+
+    d = _t0_dir(tmp_path)
+    assert main(["estimate", "--model", str(d), "--gpus", "8", "--nodes", "2",
+                 "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["zero3"]["num_nodes"] == 2 and len(data["zero3"]["rows"]) == 6
+    assert data["zero3"]["rows"][0]["cpu_bytes"] == int(2_783_959_040 * 18 / 2 * 1.5)
+    assert "per node" in data["note"]
+    assert main(["estimate", "--model", str(d), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "| 70.00 GB | 0.25 GB |" in md and "per node" in md
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--params", "abc", "--largest-layer", "1"], "not a number"),
+    (["--params", "7e9"], "--largest-layer"), ([], "--model"),
+    (["--model", "/nonexistent/x"], "no such file"), (["--params", "1e9", "--gpus", "0",
+                                                        "--largest-layer", "1"], "at least 1")])
+def test_cli_bad_usage(argv, needle, capsys) -> None:
+    from dsdoctor.cli import main
+
+    assert main(["estimate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_unknown_architecture(tmp_path, capsys) -> None:
+    from dsdoctor.cli import main
+
+    (tmp_path / "config.json").write_text('{"model_type": "mamba", "hidden_size": 768}')
+    assert main(["estimate", "--model", str(tmp_path)]) == 2
+    assert "--params" in capsys.readouterr().err
