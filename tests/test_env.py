@@ -1,0 +1,246 @@
+"""dsdoctor env: the snapshot, its probes' isolation, its renderers and load_snapshot()."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from dsdoctor import envinfo
+from dsdoctor.cli import main
+from dsdoctor.cmd_env import gpu_summary, render_markdown
+from dsdoctor.errors import UsageError
+from dsdoctor.redact import REDACTED
+
+REPO = Path(__file__).resolve().parents[1]
+DS_PYTHON = Path("/work/venv-ds/bin/python")
+
+
+class FakeNVML:
+    """Stand-in for pynvml with the same call names and return shapes (bytes or str names)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, devices: list[tuple[bytes | str, int, tuple[int, int]]], fail_init: bool = False):
+        self.devices = devices
+        self.fail_init = fail_init
+        self.shutdown_called = False
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise self.NVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown_called = True
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"535.104.05"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12020
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetName(self, h: int) -> bytes | str:
+        return self.devices[h][0]
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(total=self.devices[h][1], free=0, used=0)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:
+        return self.devices[h][2]
+
+
+def test_snapshot_has_the_keys_analyze_reads() -> None:
+    snap = envinfo.collect(ops=False)
+    assert snap["schema_version"] == 1
+    assert isinstance(snap["cpu"]["count"], int) and snap["cpu"]["count"] >= 1
+    assert snap["cpu"]["ram_total_bytes"] >= snap["cpu"]["ram_available_bytes"] > 0
+    assert isinstance(snap["gpus"], list)
+    for name in ("torch", "deepspeed", "transformers", "accelerate", "peft", "trl", "bitsandbytes",
+                 "flash-attn", "apex", "nvidia-ml-py"):
+        assert name in snap["packages"]
+    assert snap["packages"]["nvidia-ml-py"]  # installed as a dsdoctor dependency
+    assert set(snap) >= {"python", "os", "cuda", "deepspeed_ops", "env_vars", "errors", "notes"}
+    json.dumps(snap)  # serializable as is
+    assert envinfo.validate_snapshot(snap) is snap
+
+
+def test_no_gpu_is_a_value_and_a_note_not_a_crash() -> None:
+    notes: list[str] = []
+    gpus, info = envinfo.probe_gpus(notes, FakeNVML([], fail_init=True))
+    assert gpus == [] and info["available"] is False
+    assert any("Driver Not Loaded" in n for n in notes)
+
+
+def test_gpus_through_nvml() -> None:
+    notes: list[str] = []
+    nv = FakeNVML([(b"NVIDIA A100-SXM4-80GB", 85899345920, (8, 0)),
+                   ("Tesla V100-SXM2-32GB", 34359738368, (7, 0))])
+    gpus, info = envinfo.probe_gpus(notes, nv)
+    assert nv.shutdown_called
+    assert info == {"available": True, "driver": "535.104.05", "cuda_driver_version": "12.2"}
+    assert gpus[0] == {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "driver": "535.104.05",
+                       "memory_total_bytes": 85899345920, "compute_capability": "8.0",
+                       "bf16_supported": True}
+    assert gpus[1]["bf16_supported"] is False and gpus[1]["compute_capability"] == "7.0"
+    summary = gpu_summary({"gpus": gpus + [dict(gpus[0], index=2)]})
+    assert summary.startswith("2 x NVIDIA A100-SXM4-80GB (80.0 GiB, cc 8.0, bf16 yes)")
+    assert "1 x Tesla V100-SXM2-32GB (32.0 GiB, cc 7.0, bf16 no)" in summary
+
+
+def test_a_failing_probe_becomes_an_error_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom() -> dict:
+        raise OSError("cannot read /proc/meminfo")
+
+    monkeypatch.setattr(envinfo, "probe_cpu", boom)
+    monkeypatch.setattr(envinfo, "probe_os", lambda: 1 / 0)
+    snap = envinfo.collect(ops=False)
+    probes = {e["probe"]: e["error"] for e in snap["errors"]}
+    assert "cannot read /proc/meminfo" in probes["cpu"]
+    assert "ZeroDivisionError" in probes["os"]
+    assert snap["python"]["version"]  # the others still ran
+    assert "Notes:" in render_markdown(snap)
+
+
+def test_broken_or_hanging_child_probe_is_isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pretend torch and DeepSpeed are installed; their child probes crash and hang.
+    monkeypatch.setattr(envinfo, "_installed", lambda *a: True)
+    monkeypatch.setattr(envinfo, "_TORCH_PROBE", "import sys; sys.exit('libcudart.so.12: cannot open')")
+    monkeypatch.setattr(envinfo, "_DEEPSPEED_PROBE", "import time; time.sleep(30)")
+    t0 = time.monotonic()
+    snap = envinfo.collect(ops=True, timeout=1.5)
+    assert time.monotonic() - t0 < 10
+    probes = {e["probe"]: e["error"] for e in snap["errors"]}
+    assert "libcudart.so.12" in probes["torch"]
+    assert "timed out" in probes["deepspeed_ops"]
+    assert snap["deepspeed_ops"] is None
+    assert snap["cpu"]["count"] and snap["cuda"]["torch_cuda"] is None
+
+
+def test_env_vars_are_filtered_and_redacted() -> None:
+    environ = {
+        "NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "0,1",
+        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "16",
+        "HF_TOKEN": "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345", "WANDB_API_KEY": "0" * 40,
+        "HF_HOME": "/data/hf", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "HOME": "/home/alice", "PATH": "/usr/bin", "AWS_SECRET_ACCESS_KEY": "x" * 40,
+        "DS_SKIP_CUDA_CHECK": "1",
+    }
+    env = envinfo.relevant_env(environ)
+    assert env["HF_TOKEN"] == REDACTED and env["WANDB_API_KEY"] == REDACTED
+    assert env["NCCL_DEBUG"] == "INFO" and env["WORLD_SIZE"] == "16" and env["DS_SKIP_CUDA_CHECK"] == "1"
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "HOME" not in env and "PATH" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert "hf_AbCd" not in json.dumps(env)
+
+
+def test_cli_env_is_fast_without_torch_and_round_trips(tmp_path: Path) -> None:
+    out = tmp_path / "env.json"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "env", "--format", "json", "--output", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    snap = envinfo.load_snapshot(str(out))
+    assert snap["cpu"]["count"] == os.cpu_count()
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        assert elapsed < 2.0, f"dsdoctor env took {elapsed:.2f}s without torch"
+
+
+def test_cli_markdown_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["env", "--format", "markdown", "--no-ops"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("### Environment")
+    assert "| RAM |" in md and "| torch |" in md and "| deepspeed |" in md
+    assert main(["env", "--no-ops"]) == 0
+    text = capsys.readouterr().out
+    assert "RAM" in text and "packages" in text
+
+
+def test_load_snapshot_accepts_the_minimal_keys(tmp_path: Path) -> None:
+    p = tmp_path / "min.json"
+    p.write_text(json.dumps({
+        "cpu": {"count": 64, "ram_total_bytes": 1099511627776},
+        "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 85520809984,
+                  "compute_capability": "9.0"}],
+        "packages": {"torch": "2.3.0", "deepspeed": "0.14.2", "transformers": None, "accelerate": None},
+    }))
+    snap = envinfo.load_snapshot(str(p))
+    assert snap["gpus"][0]["compute_capability"] == "9.0"
+    assert render_markdown(snap)  # renders even with most keys missing
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "invalid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"foo": 1}', "not an environment snapshot"),
+        (b'{"cpu": {"count": "eight"}}', "cpu.count must be a non-negative integer"),
+        (b'{"gpus": {"name": "A100"}}', "'gpus' must be a list"),
+        (b'{"gpus": [{"name": "A100", "compute_capability": 8}]}', "compute_capability"),
+        (b'{"packages": {"torch": 2.1}}', "packages.torch must be a version string"),
+        (b'{"schema_version": 99, "cpu": {}}', "unsupported schema_version"),
+        (b"\xff\xfe\x00garbage", "not UTF-8"),
+    ],
+)
+def test_load_snapshot_rejects_bad_files(tmp_path: Path, content: bytes, message: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(UsageError) as exc:
+        envinfo.load_snapshot(str(p))
+    assert str(exc.value).startswith(str(p) + ":")
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_load_snapshot_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read"):
+        envinfo.load_snapshot(str(tmp_path / "nope.json"))
+    with pytest.raises(UsageError, match="is a directory"):
+        envinfo.load_snapshot(str(tmp_path))
+
+
+def test_load_snapshot_local_collects_now() -> None:
+    snap = envinfo.load_snapshot("local")
+    assert snap["cpu"]["count"] == os.cpu_count()
+
+
+def _ds_python_usable() -> bool:
+    if not DS_PYTHON.exists():
+        return False
+    r = subprocess.run([str(DS_PYTHON), "-c", "import deepspeed.env_report, psutil, rich"],
+                       capture_output=True, timeout=120)
+    return r.returncode == 0
+
+
+@pytest.mark.deepspeed
+def test_real_deepspeed_op_report() -> None:
+    if not _ds_python_usable():
+        pytest.skip("needs /work/venv-ds with deepspeed, psutil and rich")
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_TOKEN="hf_" + "Z" * 34)
+    proc = subprocess.run([str(DS_PYTHON), "-m", "dsdoctor", "env", "--format", "json"],
+                          capture_output=True, text=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    snap = json.loads(proc.stdout)
+    assert snap["packages"]["deepspeed"] and snap["packages"]["torch"]
+    ops = snap["deepspeed_ops"]
+    assert ops["version"] == snap["packages"]["deepspeed"]
+    assert "cpu_adam" in ops["ops"] and ops["ops"]["cpu_adam"]["compatible"] in (True, False)
+    assert snap["cuda"]["torch_cuda_available"] is not None  # the torch probe ran
+    assert snap["env_vars"]["HF_TOKEN"] == REDACTED
+    assert snap["errors"] == []
