@@ -1,0 +1,350 @@
+"""Static facts about a training script, from its syntax tree only (never imported or run).
+
+What the DeepSpeed integration guides make matter: ``generate(...)`` calls and their
+``synced_gpus`` argument (ZeRO-3 on several GPUs hangs without it), ``HfDeepSpeedConfig`` kept
+alive and created before ``from_pretrained`` (ZeRO-3 sharded loading), ``TrainingArguments``
+created before ``from_pretrained`` under ZeRO-3, adapter merging under DeepSpeed, QLoRA's
+``torch_dtype`` vs ``bnb_4bit_quant_storage``, and whether the HF Trainer or Accelerate drive the
+run (which is what makes ``"auto"`` legal in a DeepSpeed config). Every fact carries its line.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsdoctor.errors import UsageError
+
+_MAX_SCRIPT_BYTES = 8 * 2**20
+
+_TRAINER_CLASSES = {"Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "PPOTrainer",
+                    "RewardTrainer", "ORPOTrainer", "KTOTrainer", "GRPOTrainer", "CPOTrainer"}
+_TRAINING_ARGS = {"TrainingArguments", "Seq2SeqTrainingArguments", "SFTConfig", "DPOConfig",
+                  "PPOConfig", "RewardConfig", "ORPOConfig", "KTOConfig", "GRPOConfig"}
+# from_pretrained receivers that load no model weights (no ZeRO-3 partitioning involved).
+_NOT_MODELS = ("Tokenizer", "Config", "Processor", "FeatureExtractor", "GenerationConfig")
+_MERGE_METHODS = {"merge_and_unload", "merge_adapter"}
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where something happens in the script."""
+
+    line: int
+    col: int
+    scope: str  # enclosing function/class qualname, "<module>" at top level
+    text: str = ""  # a short rendering of the call (first line, capped)
+
+
+@dataclass(frozen=True)
+class GenerateCall:
+    """A ``.generate(...)`` call and what it passes as ``synced_gpus``."""
+
+    site: Site
+    synced_gpus: bool | str | None  # True/False literal; "expr" non-literal; None: not passed
+    has_kwargs: bool  # ``**kwargs`` present (synced_gpus may hide inside)
+
+
+@dataclass(frozen=True)
+class HfDsConfig:
+    """An ``HfDeepSpeedConfig(...)`` construction and whether its object is kept alive."""
+
+    site: Site
+    kept_alive: bool  # assigned to a name/attribute (a bare call is garbage-collected at once)
+
+
+@dataclass(frozen=True)
+class DtypeUse:
+    """A dtype passed to ``from_pretrained(torch_dtype=...)`` or a BitsAndBytesConfig field."""
+
+    site: Site
+    key: str  # torch_dtype | dtype | bnb_4bit_quant_storage | bnb_4bit_compute_dtype
+    value: str | None  # "bfloat16", "float16", "float32", "auto", or None when not literal
+
+
+@dataclass(frozen=True)
+class ScriptFacts:
+    """Everything :func:`check_script` found, each with its line."""
+
+    path: str
+    generate_calls: tuple[GenerateCall, ...] = ()
+    hf_ds_configs: tuple[HfDsConfig, ...] = ()
+    from_pretrained: tuple[Site, ...] = ()  # model loads only (not tokenizers/configs)
+    training_args: tuple[Site, ...] = ()
+    trainers: tuple[Site, ...] = ()
+    accelerators: tuple[Site, ...] = ()
+    ds_initialize: tuple[Site, ...] = ()
+    merges: tuple[Site, ...] = ()
+    dtypes: tuple[DtypeUse, ...] = ()
+    imports: tuple[str, ...] = ()  # top-level package names imported
+    uses_peft: bool = False
+
+    # ------------------------------------------------------------------ derived facts
+    @property
+    def uses_trainer(self) -> bool:
+        """The HF Trainer (or a TRL trainer) drives training: it fills ``"auto"`` values."""
+        return bool(self.trainers or self.training_args)
+
+    @property
+    def uses_accelerate(self) -> bool:
+        """Accelerate drives training (``Accelerator(...)``): it also fills ``"auto"``."""
+        return bool(self.accelerators)
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        """The script touches DeepSpeed directly (import, ``deepspeed.initialize``, HfDeepSpeedConfig)."""
+        return "deepspeed" in self.imports or bool(self.ds_initialize or self.hf_ds_configs)
+
+    def generate_without_sync(self) -> list[GenerateCall]:
+        """``generate`` calls that pass ``synced_gpus=False`` or do not pass it at all."""
+        return [g for g in self.generate_calls if g.synced_gpus is False
+                or (g.synced_gpus is None and not g.has_kwargs)]
+
+    def hf_ds_config_problems(self) -> list[tuple[Site, str]]:
+        """HfDeepSpeedConfig objects dropped at once, or created after the model is loaded."""
+        out: list[tuple[Site, str]] = []
+        for h in self.hf_ds_configs:
+            if not h.kept_alive:
+                out.append((h.site, "not kept alive: the object is not assigned, so it is "
+                            "garbage-collected before from_pretrained can see it"))
+            first = _first_in_scope(self.from_pretrained, h.site.scope)
+            if first is not None and first.line < h.site.line:
+                out.append((h.site, f"created after from_pretrained (line {first.line}): "
+                            "the model was already loaded whole on every rank"))
+        return out
+
+    def training_args_after_from_pretrained(self) -> list[tuple[Site, Site]]:
+        """(TrainingArguments site, earlier from_pretrained site) pairs in the same scope."""
+        out = []
+        for ta in self.training_args:
+            first = _first_in_scope(self.from_pretrained, ta.scope)
+            if first is not None and first.line < ta.line:
+                out.append((ta, first))
+        return out
+
+    def quant_storage_mismatches(self) -> list[tuple[DtypeUse, DtypeUse]]:
+        """(torch_dtype use, bnb_4bit_quant_storage use) pairs whose literal dtypes differ."""
+        storages = [d for d in self.dtypes if d.key == "bnb_4bit_quant_storage" and d.value]
+        loads = [d for d in self.dtypes if d.key in ("torch_dtype", "dtype") and d.value
+                 and d.value != "auto"]
+        return [(ld, st) for st in storages for ld in loads if ld.value != st.value]
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d.update(uses_trainer=self.uses_trainer, uses_accelerate=self.uses_accelerate,
+                 uses_deepspeed=self.uses_deepspeed)
+        return d
+
+
+def _first_in_scope(sites: tuple[Site, ...], scope: str) -> Site | None:
+    same = [s for s in sites if s.scope == scope]
+    return min(same, key=lambda s: s.line) if same else None
+
+
+# ------------------------------------------------------------------------------------- parsing
+
+def check_script(path: str | Path) -> ScriptFacts:
+    """Parse ``path`` (never import or run it) and collect its facts.
+
+    Raises UsageError for an unreadable file or a syntax error (``file:line:col: ...``).
+    """
+    p = Path(path)
+    try:
+        if p.stat().st_size > _MAX_SCRIPT_BYTES:
+            raise UsageError(f"{path}: larger than 8 MiB, not a training script; pass the .py "
+                             "file that builds the model")
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; check the --script path") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory; pass the training script (.py)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror}); check the --script path") from None
+    return check_source(raw, str(path))
+
+
+def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
+    """Collect facts from Python source text (bytes honour a PEP 263 encoding cookie)."""
+    if isinstance(source, bytes) and b"\x00" in source:
+        raise UsageError(f"{path}: binary file (NUL bytes), not a Python script; pass the .py "
+                         "training script")
+    try:
+        tree = ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        line, col = exc.lineno or 0, (exc.offset or 0)
+        raise UsageError(f"{path}:{line}:{col}: syntax error: {exc.msg}; dsdoctor reads the "
+                         "script without running it, so it must be valid Python 3") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a Python source file ({exc}); pass the .py training "
+                         "script") from None
+    except (RecursionError, MemoryError):
+        raise UsageError(f"{path}: nested too deeply to analyze; pass the training script") \
+            from None
+    v = _Visitor(source if isinstance(source, str) else source.decode("utf-8", "replace"))
+    try:
+        v.visit(tree)
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to analyze; pass the training script") \
+            from None
+    return ScriptFacts(
+        path=path, generate_calls=tuple(v.generate), hf_ds_configs=tuple(v.hfds),
+        from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
+        trainers=tuple(v.trainers), accelerators=tuple(v.accelerators),
+        ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
+        imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft)
+
+
+def _dotted(node: ast.AST) -> str:
+    """``a.b.c`` for Name/Attribute chains, the callee name for calls, else ''."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else node.attr
+    if isinstance(node, ast.Call):
+        return _dotted(node.func)
+    return ""
+
+
+def _dtype_literal(node: ast.AST) -> str | None:
+    """'bfloat16' for torch.bfloat16 / "bfloat16" / torch.bf16-like spellings, else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name = node.value
+    elif isinstance(node, ast.Attribute):
+        name = node.attr
+    else:
+        return None
+    name = name.removeprefix("torch.")
+    return {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
+            "float": "float32"}.get(name, name)
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.scope: list[str] = []
+        self.generate: list[GenerateCall] = []
+        self.hfds: list[HfDsConfig] = []
+        self.from_pretrained: list[Site] = []
+        self.training_args: list[Site] = []
+        self.trainers: list[Site] = []
+        self.accelerators: list[Site] = []
+        self.ds_init: list[Site] = []
+        self.merges: list[Site] = []
+        self.dtypes: list[DtypeUse] = []
+        self.imports: set[str] = set()
+        self.uses_peft = False
+        self._kept: set[int] = set()  # id() of Call nodes whose value is stored
+
+    # ----------------------------------------------------------------------- helpers
+    def _site(self, node: ast.AST) -> Site:
+        line = getattr(node, "lineno", 0)
+        text = self.lines[line - 1].strip()[:160] if 0 < line <= len(self.lines) else ""
+        return Site(line, getattr(node, "col_offset", 0), ".".join(self.scope) or "<module>", text)
+
+    def _scoped(self, node: ast.AST, name: str) -> None:
+        self.scope.append(name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    # ----------------------------------------------------------------------- scopes
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._scoped(node, node.name)
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:  # class MyTrainer(Trainer): the Trainer drives the run
+            if _dotted(base).split(".")[-1] in _TRAINER_CLASSES:
+                self.trainers.append(self._site(node))
+        self._scoped(node, node.name)
+
+    # ----------------------------------------------------------------------- imports
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            self.imports.add(a.name.split(".")[0])
+        self.uses_peft |= any(a.name.split(".")[0] == "peft" for a in node.names)
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module and node.level == 0:
+            self.imports.add(node.module.split(".")[0])
+            self.uses_peft |= node.module.split(".")[0] == "peft"
+        self.generic_visit(node)
+
+    # ----------------------------------------------------------------------- assignments
+    def _mark_kept(self, value: ast.AST | None) -> None:
+        if isinstance(value, ast.Call):
+            self._kept.add(id(value))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self._mark_kept(node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._mark_kept(node.value)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._mark_kept(node.value)
+        self.generic_visit(node)
+
+    def visit_With(self, node: ast.With) -> None:
+        for item in node.items:
+            if item.optional_vars is not None:
+                self._mark_kept(item.context_expr)
+        self.generic_visit(node)
+
+    # ----------------------------------------------------------------------- calls
+    def visit_Call(self, node: ast.Call) -> None:
+        callee = _dotted(node.func)
+        last = callee.split(".")[-1] if callee else ""
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        has_kwargs = any(k.arg is None for k in node.keywords)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "generate":
+            sg = kw.get("synced_gpus")
+            val: bool | str | None
+            if sg is None:
+                val = None
+            elif isinstance(sg, ast.Constant) and isinstance(sg.value, bool):
+                val = sg.value
+            else:
+                val = "expr"
+            self.generate.append(GenerateCall(self._site(node), val, has_kwargs))
+        elif last == "HfDeepSpeedConfig":
+            self.hfds.append(HfDsConfig(self._site(node), id(node) in self._kept))
+        elif last == "from_pretrained" and isinstance(node.func, ast.Attribute):
+            receiver = _dotted(node.func.value)
+            if not any(tag in receiver for tag in _NOT_MODELS):
+                self.from_pretrained.append(self._site(node))
+                if "PeftModel" in receiver:
+                    self.uses_peft = True
+                for key in ("torch_dtype", "dtype"):
+                    if key in kw:
+                        self.dtypes.append(DtypeUse(self._site(node), key,
+                                                    _dtype_literal(kw[key])))
+        elif last in _TRAINING_ARGS:
+            self.training_args.append(self._site(node))
+        elif last in _TRAINER_CLASSES:
+            self.trainers.append(self._site(node))
+        elif last == "Accelerator":
+            self.accelerators.append(self._site(node))
+        elif callee == "deepspeed.initialize" or callee.endswith("deepspeed.initialize"):
+            self.ds_init.append(self._site(node))
+        elif last in _MERGE_METHODS and isinstance(node.func, ast.Attribute):
+            self.merges.append(self._site(node))
+        elif last in ("get_peft_model", "prepare_model_for_kbit_training", "LoraConfig"):
+            self.uses_peft = True
+        if last == "BitsAndBytesConfig":
+            for key in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype"):
+                if key in kw:
+                    self.dtypes.append(DtypeUse(self._site(node), key, _dtype_literal(kw[key])))
+        self.generic_visit(node)
+
+
+__all__ = ["ScriptFacts", "Site", "GenerateCall", "HfDsConfig", "DtypeUse", "check_script",
+           "check_source"]
