@@ -1,0 +1,158 @@
+"""Every shipped format pattern against its own real sample lines and negatives.
+
+For each pattern of dsdoctor/formats/*.yaml (facts.yaml included: the same contract applies):
+- every sample line, normalized exactly as the scanner does it (reader.normalize: ANSI, quote
+  markers, rank prefixes), matches through the loader's own matching function
+  (``Pattern.match_lines``, with ``join_next`` lines for hard-wrapped samples), and yields the
+  values the sample declares;
+- the prefilter matches the raw bytes of the sample's first line (what both engines look at);
+- no negative matches;
+- the pure-Python engine finds a literal to search for (else it would regex-scan every chunk);
+- the prefilter engines pick each sample line as a candidate when it sits inside a larger log.
+Besides the per-pattern checks, every symptom kind has a producing pattern, and the timeline
+is produced for all the fields the report shows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from dsdoctor.formats import load_patterns, required_literals
+from dsdoctor.model import SYMPTOM_KINDS
+from dsdoctor.prefilter import hyperscan_available, make_engine
+from dsdoctor.reader import normalize
+
+PATTERNS = load_patterns()
+SAMPLES = [(p, i, s) for p in PATTERNS for i, s in enumerate(p.samples)]
+NEGATIVES = [(p, i, n) for p in PATTERNS for i, n in enumerate(p.negatives)]
+ENGINES = ["python"] + (["hyperscan"] if hyperscan_available() else [])
+
+
+def _split(sample_line: str) -> tuple[str, list[str]]:
+    """A sample of a hard-wrapped message holds its physical lines separated by newlines."""
+    lines = sample_line.split("\n")
+    return lines[0], lines[1:]
+
+
+def _match(pattern, line: str):
+    first, rest = _split(line)
+    following = [normalize(x.encode("utf-8")).text for x in rest]
+    return pattern.match_lines(normalize(first.encode("utf-8")).text, following)
+
+
+def _same(expected, got) -> bool:
+    if isinstance(expected, float) and math.isnan(expected):
+        return isinstance(got, float) and math.isnan(got)
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return expected == got
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
+    return str(expected) == str(got)
+
+
+def test_formats_load_with_unique_ids():
+    ids = [p.id for p in PATTERNS]
+    assert len(ids) == len(set(ids))
+    assert len(PATTERNS) >= 40
+
+
+@pytest.mark.parametrize("kind", SYMPTOM_KINDS)
+def test_every_symptom_kind_has_a_pattern(kind):
+    assert any(p.emits == kind for p in PATTERNS), f"no format emits {kind!r}"
+
+
+def test_timeline_fields_are_produced():
+    produced = {f for p in PATTERNS if p.is_timeline for f in p.fields}
+    for name in ("step", "loss", "grad_norm", "loss_scale", "skipped", "lr", "throughput", "epoch"):
+        assert name in produced, f"no timeline pattern extracts {name!r}"
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
+def test_pattern_has_real_samples_and_negatives(pattern):
+    assert pattern.samples, pattern.id
+    for s in pattern.samples:
+        assert s.get("source"), f"{pattern.id}: every sample names where it was copied from"
+    if not pattern.is_fact:
+        assert pattern.negatives, f"{pattern.id}: needs at least one real negative line"
+    for name in pattern.fields:
+        assert name in pattern.regex.groupindex, f"{pattern.id}: field {name!r} is not a group"
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
+def test_python_engine_has_a_literal(pattern):
+    lits = required_literals(pattern.prefilter, pattern.caseless)
+    assert lits, f"{pattern.id}: prefilter {pattern.prefilter!r} has no literal of 3+ chars"
+    if not pattern.is_timeline:
+        # Symptom prefilters run on every chunk of a multi-GB log: no common words alone.
+        for lit in lits:
+            assert lit.strip().lower() not in {b"loss", b"error", b"rank", b"step", b"nan"}, (
+                f"{pattern.id}: literal {lit!r} would hit nearly every line")
+
+
+@pytest.mark.parametrize("pattern,i,sample", SAMPLES,
+                         ids=[f"{p.id}-{i}" for p, i, _ in SAMPLES])
+def test_sample_matches_with_values(pattern, i, sample):
+    got = _match(pattern, sample["line"])
+    assert got is not None, f"{pattern.id} sample {i} did not match: {sample['line'][:200]!r}"
+    for key, want in (sample.get("values") or {}).items():
+        assert key in got, f"{pattern.id} sample {i}: {key!r} not extracted (got {got})"
+        assert _same(want, got[key]), f"{pattern.id} sample {i}: {key}={got[key]!r}, want {want!r}"
+
+
+@pytest.mark.parametrize("pattern,i,sample", SAMPLES,
+                         ids=[f"{p.id}-{i}" for p, i, _ in SAMPLES])
+def test_prefilter_matches_raw_sample_bytes(pattern, i, sample):
+    first, _ = _split(sample["line"])
+    flags = re.IGNORECASE if pattern.caseless else 0
+    assert re.search(pattern.prefilter.encode("utf-8"), first.encode("utf-8"), flags), (
+        f"{pattern.id} sample {i}: prefilter {pattern.prefilter!r} misses the raw line")
+
+
+@pytest.mark.parametrize("pattern,i,negative", NEGATIVES,
+                         ids=[f"{p.id}-neg{i}" for p, i, _ in NEGATIVES])
+def test_negative_does_not_match(pattern, i, negative):
+    assert _match(pattern, negative) is None, (
+        f"{pattern.id} matched its negative {i}: {negative[:200]!r}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engines_select_every_sample_line(engine):
+    """Each sample, embedded among unrelated lines, is a candidate for its own pattern."""
+    eng = make_engine(list(PATTERNS), engine)
+    filler = b"[2023-01-15 19:09:56,630] [INFO] [utils.py:827:see_memory_usage] Engine before step\n"
+    index = {p.id: k for k, p in enumerate(PATTERNS)}
+    for p, i, s in SAMPLES:
+        first, _ = _split(s["line"])
+        raw = first.encode("utf-8")
+        data = filler * 3 + raw + b"\n" + filler * 3
+        start = len(filler) * 3
+        hits = {idx for off, idx in eng.candidates(data) if start <= off < start + len(raw) + 1}
+        assert index[p.id] in hits, f"{engine}: {p.id} sample {i} not selected"
+
+
+def test_no_catastrophic_backtracking_on_long_lines():
+    """A 1 MB line full of near-misses must not stall any pattern (they run on segments)."""
+    import time  # noqa: PLC0415
+
+    junk = ("OVERFLOW! Rank 0 Skipping step. Attempted loss scal " * 50 + "{'loss': 1.0, " * 50
+            + "iteration 1/ 2 | " * 50 + "loss=nan " + "a" * 2000 + " ") * 4
+    text = normalize(junk.encode()).text  # capped like a real segment
+    for p in PATTERNS:
+        t0 = time.perf_counter()
+        p.match(text)
+        assert time.perf_counter() - t0 < 0.5, f"{p.id} is too slow on a long segment"
+
+
+def test_docs_list_every_format():
+    docs = Path(__file__).resolve().parents[1] / "docs" / "formats.md"
+    if not docs.exists():
+        pytest.skip("docs/formats.md not present")
+    text = docs.read_text(encoding="utf-8")
+    for p in PATTERNS:
+        if p.format == "facts" or p.is_fact:
+            continue
+        assert p.id in text, f"docs/formats.md does not describe {p.id}"
