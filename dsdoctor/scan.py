@@ -258,3 +258,59 @@ def scan_text(text: str, name: str = "<text>", engine: str = "auto") -> ScanResu
     data = text.encode("utf-8")
     scanner._scan_stream(name, io.BytesIO(data), len(data), False, None)
     return scanner.result()
+
+
+class TailScanner:
+    """Incremental scanning of a growing log (``dsdoctor watch``).
+
+    New bytes are fed as they arrive; complete lines are scanned. The last few lines are held
+    back until more arrive (or :meth:`flush`), so that hard-wrapped messages (``join_next``)
+    can still be joined with their continuation lines.
+    """
+
+    HOLD_BACK_LINES = 8
+
+    def __init__(self, name: str, scanner: Scanner | None = None,
+                 on_event: Callable[[str, Evidence, dict], None] | None = None):
+        self.name = name
+        self.scanner = scanner or Scanner()
+        self.on_event = on_event
+        self._buf = b""
+        self._line = 1
+        self.bytes_read = 0
+        self._rank = rank_from_filename(name)
+
+    @property
+    def lines_read(self) -> int:
+        return self._line - 1
+
+    def feed(self, data: bytes) -> None:
+        self.bytes_read += len(data)
+        self._buf += data
+        end = len(self._buf)
+        for _ in range(self.HOLD_BACK_LINES + 1):
+            end = self._buf.rfind(b"\n", 0, end)
+            if end <= 0:
+                return
+        self._process(end + 1)
+
+    def flush(self, final: bool = False) -> None:
+        """Scan the held-back complete lines (and, when ``final``, a last line without newline)."""
+        cut = len(self._buf) if final else self._buf.rfind(b"\n") + 1
+        if cut:
+            self._process(cut)
+
+    def _process(self, cut: int) -> None:
+        s = self.scanner
+        region = self._buf[:cut]
+        hits = s.engine_full.candidates(region)
+        if hits:
+            s._process_hits(self.name, self._buf, region, hits, s.patterns, self._line,
+                            self._rank, self.on_event)
+        self._line += region.count(b"\n")
+        self._buf = self._buf[cut:]
+
+    def result(self) -> ScanResult:
+        res = self.scanner.result()
+        res.files = [FileSummary(path=self.name, lines=self.lines_read, bytes=self.bytes_read)]
+        return res

@@ -1,0 +1,212 @@
+"""``dsdoctor watch``: a Textual TUI that tails a live run and raises findings as they happen.
+
+A worker thread reads new bytes and scans them (the UI never blocks on I/O); the app refreshes
+its tables from snapshots of the scan state. Only this module imports textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import DataTable, Footer, Header, RichLog, Static
+
+from dsdoctor.model import Evidence, Finding
+from dsdoctor.pipeline import evaluate
+from dsdoctor.render import SEVERITY_STYLE, timeline_summary
+from dsdoctor.scan import Scanner, TailScanner
+
+POLL_SECONDS = 0.5
+READ_BYTES = 4 << 20
+
+
+@dataclass
+class WatchState:
+    """What the UI shows; replaced (not mutated) by the worker under a lock."""
+
+    lines: int = 0
+    bytes: int = 0
+    symptoms: tuple = ()
+    findings: tuple[Finding, ...] = ()
+    timeline: str = ""
+    error: str = ""
+
+
+class Tailer:
+    """Follows one file (also across truncation/rotation), feeding a TailScanner."""
+
+    def __init__(self, path: str, args: argparse.Namespace, from_start: bool = True):
+        self.path = path
+        self.args = args
+        self.events: list[tuple[str, Evidence, dict]] = []
+        self._lock = threading.Lock()
+        self._scanner = Scanner(engine=getattr(args, "engine", "auto"))
+        self.tail = TailScanner(path, self._scanner, on_event=self._on_event)
+        self._pos = 0 if from_start else (os.path.getsize(path) if os.path.exists(path) else 0)
+        self._ino = None
+        self.state = WatchState()
+        self._findings_key: tuple = ()
+
+    def _on_event(self, kind: str, ev: Evidence, values: dict) -> None:
+        if kind == "timeline" or kind.startswith("fact:"):
+            return
+        with self._lock:
+            self.events.append((kind, ev, values))
+
+    def take_events(self) -> list[tuple[str, Evidence, dict]]:
+        with self._lock:
+            out, self.events = self.events, []
+        return out
+
+    def poll(self) -> bool:
+        """Read what is new; True when something was read."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.state = WatchState(**{**self.state.__dict__, "error": f"waiting for {self.path}"})
+            return False
+        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._pos):
+            # rotated or truncated: start over on the new file
+            self._pos = 0
+            self._scanner = Scanner(engine=getattr(self.args, "engine", "auto"))
+            self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
+        self._ino = st.st_ino
+        if st.st_size <= self._pos:
+            self.tail.flush()
+            return False
+        with open(self.path, "rb") as fh:
+            fh.seek(self._pos)
+            data = fh.read(READ_BYTES)
+        self._pos += len(data)
+        self.tail.feed(data)
+        return True
+
+    def snapshot(self) -> WatchState:
+        res = self.tail.result()
+        try:
+            findings, _, _ = evaluate(self.args, res)
+            error = ""
+        except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
+            findings, error = list(self.state.findings), f"rules: {exc}"
+        return WatchState(
+            lines=self.tail.lines_read,
+            bytes=self.tail.bytes_read,
+            symptoms=tuple(sorted(res.symptoms.values(), key=lambda s: s.first.line)),
+            findings=tuple(findings),
+            timeline=timeline_summary(tuple(res.timeline)),
+            error=error,
+        )
+
+
+class WatchApp(App):
+    """Live view of a training log."""
+
+    TITLE = "dsdoctor watch"
+    CSS = """
+    #status { height: 1; padding: 0 1; }
+    #symptoms { height: 1fr; }
+    #findings { height: 1fr; border-top: solid $accent; }
+    #events { height: 8; border-top: solid $accent; }
+    """
+    BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause/resume"),
+                Binding("c", "clear", "clear events")]
+
+    def __init__(self, tailer: Tailer, poll: float = POLL_SECONDS):
+        super().__init__()
+        self.tailer = tailer
+        self.poll_seconds = poll
+        self.paused = False
+        self._stop = threading.Event()
+        self._seen_rules: set[str] = set()
+        self._seen_kinds: set[str] = set()
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical():
+            yield Static("", id="status")
+            yield DataTable(id="symptoms", zebra_stripes=True)
+            yield RichLog(id="findings", wrap=True, markup=False)
+            yield RichLog(id="events", wrap=False, markup=False, max_lines=500)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#symptoms", DataTable)
+        table.add_columns("symptom", "count", "first", "last", "ranks")
+        self.sub_title = self.tailer.path
+        threading.Thread(target=self._worker, daemon=True, name="dsdoctor-tail").start()
+
+    def _worker(self) -> None:
+        last_eval = 0.0
+        dirty = True
+        while not self._stop.is_set():
+            if not self.paused:
+                try:
+                    read = self.tailer.poll()
+                except Exception as exc:  # noqa: BLE001 - show, keep going
+                    self.call_from_thread(self._show_error, f"read: {exc}")
+                    read = False
+                dirty |= read
+                now = time.monotonic()
+                if dirty and now - last_eval >= self.poll_seconds:
+                    if not read:
+                        self.tailer.tail.flush()
+                    state = self.tailer.snapshot()
+                    events = self.tailer.take_events()
+                    self.call_from_thread(self._apply, state, events)
+                    last_eval, dirty = now, read
+            self._stop.wait(0.05 if dirty else self.poll_seconds)
+
+    def _show_error(self, msg: str) -> None:
+        self.query_one("#status", Static).update(Text(msg, style="red"))
+
+    def _apply(self, state: WatchState, events: list) -> None:
+        self.tailer.state = state
+        status = Text(f"{state.lines:,} lines, {state.bytes / 2**20:.1f} MiB read")
+        if state.timeline:
+            status.append(f" | {state.timeline}", style="dim")
+        if self.paused:
+            status.append("  [paused]", style="yellow")
+        if state.error:
+            status.append(f"  {state.error}", style="red")
+        self.query_one("#status", Static).update(status)
+        table = self.query_one("#symptoms", DataTable)
+        table.clear()
+        for s in state.symptoms:
+            table.add_row(s.kind, str(s.count), s.first.location, s.last.location,
+                          ",".join(map(str, s.ranks)) or "-")
+        log = self.query_one("#findings", RichLog)
+        for f in state.findings:
+            if f.rule in self._seen_rules:
+                continue
+            self._seen_rules.add(f.rule)
+            line = Text()
+            line.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
+            line.append(f"{f.rule} {f.name}: {f.title}")
+            log.write(line)
+            if f.fix:
+                log.write(Text(f"        fix: {f.fix}", style="green"))
+            if f.severity == "error":
+                self.bell()
+                self.notify(f"{f.rule}: {f.title}", severity="error", timeout=8)
+        ev_log = self.query_one("#events", RichLog)
+        for kind, ev, _ in events[-200:]:
+            new = kind not in self._seen_kinds
+            self._seen_kinds.add(kind)
+            ev_log.write(Text(f"{ev.location} {kind}: {ev.text[:200]}",
+                              style="bold" if new else "dim"))
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+
+    def action_clear(self) -> None:
+        self.query_one("#events", RichLog).clear()
+
+    def on_unmount(self) -> None:
+        self._stop.set()
