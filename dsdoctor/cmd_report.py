@@ -1,0 +1,95 @@
+"""``dsdoctor report``: write a GitHub issue body for DeepSpeed / Transformers / Accelerate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from dsdoctor.errors import UsageError
+
+
+def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """Run the analysis; the issue can still be written (from the log alone) if it fails."""
+    try:
+        from dsdoctor.pipeline import run_analysis
+    except ModuleNotFoundError as exc:
+        if exc.name != "dsdoctor.pipeline":
+            raise
+        return None, ["analysis pipeline not available: diagnosis omitted"]
+    try:
+        # The env is loaded (and validated) by us; the analysis gets the same argument.
+        return run_analysis(logs=args.logs, configs=args.config or [], model=args.model,
+                            env=args.env, scripts=args.script or []), []
+    except UsageError:
+        raise
+    except Exception as exc:  # a bug in a rule must not stop the user from filing the issue
+        msg = f"analysis failed ({type(exc).__name__}: {exc}); the issue holds the log excerpt only"
+        print(f"dsdoctor: warning: {msg}", file=sys.stderr)
+        return None, [msg]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``dsdoctor report``."""
+    from dsdoctor import envinfo, report_issue
+    from dsdoctor.redact import Redactor
+
+    if "-" in args.logs:
+        raise UsageError("-: report reads the log twice (analysis and excerpt); save it to a file first")
+    red = Redactor(paths=args.redact_paths, hosts=args.redact_hosts)
+    configs = [report_issue.read_config(c, red) for c in args.config or []]
+    env = envinfo.load_snapshot(args.env) if args.env else None
+    report, notes = _analyze(args)
+    if env is None:
+        notes.append("no --env given: system info left for you to fill "
+                     "(run 'dsdoctor env --format json' on the training node and pass --env FILE)")
+    anchor = None
+    if report is not None:
+        # Anchor the excerpt on the earliest error-severity evidence the analysis found.
+        evs = [e for f in report.findings if f.severity == "error" for e in f.evidence]
+        if evs:
+            first = min(evs, key=lambda e: (args.logs.index(e.file) if e.file in args.logs else 99, e.line))
+            anchor = (first.file, first.line)
+    excerpt = report_issue.first_error_excerpt(args.logs, anchor)
+    launch = report_issue.find_launch_command(args.logs, report)
+    issue = report_issue.build_issue(target=args.target, report=report, logs=args.logs,
+                                     configs=configs, env=env, redactor=red, excerpt=excerpt,
+                                     launch=launch, inputs_note=notes)
+    if args.output:
+        try:
+            Path(args.output).write_text(issue.body, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{args.output}: cannot write ({exc.strerror or exc}); "
+                             "choose another --output path") from None
+        print(f"dsdoctor: wrote {args.output}; review it, then file it with:", file=sys.stderr)
+        print(report_issue.gh_command(issue, args.output), file=sys.stderr)
+    else:
+        sys.stdout.write(issue.body)
+        sys.stdout.flush()
+        print("dsdoctor: save the body above as issue.md (or use --output issue.md), review it, "
+              "then file it with:", file=sys.stderr)
+        print(report_issue.gh_command(issue, "issue.md"), file=sys.stderr)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``report`` subcommand."""
+    p = subparsers.add_parser(
+        "report", help="write a GitHub issue body (DeepSpeed/Transformers/Accelerate template)",
+        description="Analyze the run and write a Markdown issue body in the target project's bug "
+        "template: description, diagnosis, the first error with context (deduplicated across "
+        "ranks), launch arguments, config and environment. Secrets are always redacted.")
+    p.add_argument("logs", nargs="+", metavar="LOG", help="training log file(s), plain or .gz")
+    p.add_argument("--config", action="append", metavar="FILE",
+                   help="DeepSpeed JSON or Accelerate YAML config (repeatable)")
+    p.add_argument("--env", metavar="FILE|local",
+                   help="snapshot from 'dsdoctor env --format json' on the training node, or 'local'")
+    p.add_argument("--model", metavar="PATH", help="model config.json or directory")
+    p.add_argument("--script", action="append", metavar="FILE", help="training script (repeatable)")
+    p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
+                   help="whose issue template to follow (default: deepspeed)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
+    p.add_argument("--redact-paths", action="store_true", help="also hide user home directories")
+    p.add_argument("--redact-hosts", action="store_true", help="also hide host names and IP addresses")
+    p.set_defaults(func=run)
