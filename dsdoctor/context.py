@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -72,6 +73,8 @@ class Context:
     ds_version: str = DEFAULT_DS_VERSION  # the release the lints target
     ds_version_source: str = "default"
     log_facts: Any = None  # part B's LogFacts
+    model_config: dict[str, Any] | None = None  # the raw config.json (quantization_config, ...)
+    uses_accelerate: bool = False  # an Accelerate config, or a script creating Accelerator()
     notes: list[str] = field(default_factory=list)
     missing_facts: list[Missing] = field(default_factory=list)
 
@@ -138,10 +141,24 @@ class Context:
         m = Missing(rule, fact, flag)
         if m not in self.missing_facts:
             self.missing_facts.append(m)
+            self.notes.append(str(m))
 
-    def all_notes(self) -> list[str]:
-        """Notes plus one line per missing fact (for ``Report.notes``)."""
-        return list(self.notes) + [str(m) for m in self.missing_facts]
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """What this analysis used besides the log (for ``Report.inputs``)."""
+        out: dict[str, Any] = {
+            "configs": [{"path": d.path, "kind": d.kind} for d in self.configs],
+            "deepspeed_config": (None if self.ds is None else
+                                 {"source": self.ds_source, "path": self.cfg_file()}),
+            "ds_version": {"release": self.ds_version, "source": self.ds_version_source},
+            "env": self.env_source,
+            "model": getattr(self.model, "path", None),
+            "scripts": list(self.script_sources),
+            "world_size": ({"value": self.world_size, "source": self.world_size_source}
+                           if self.world_size else None),
+            "trainer": self.uses_trainer,
+        }
+        return out
 
 
 # ------------------------------------------------------------------------------------ building
@@ -181,6 +198,17 @@ def load_env(spec: str) -> dict[str, Any]:
         raise UsageError(f"{spec}: an env snapshot must be a JSON object; make one with "
                          "'dsdoctor env --format json'")
     return data
+
+
+def _raw_model_config(path: str) -> dict[str, Any] | None:
+    """The model's config.json as plain JSON (read, never executed), or None."""
+    cand = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(cand, "rb") as fh:
+            data = json.loads(fh.read(8 * 1024 * 1024).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?")
@@ -308,6 +336,7 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
             ctx.notes.append(f"--model {model_path}: model analysis is not available in this build")
         else:
             ctx.model = load_model(model_path)
+        ctx.model_config = _raw_model_config(model_path)
 
     # Training scripts: read as text for AST checks; never imported or run.
     check = _optional("dsdoctor.scriptcheck", "check_script")
@@ -320,9 +349,14 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
         if check is not None:
             ctx.scripts.append(check(path))
     if ctx.uses_trainer is None and ctx.script_sources:
-        uses = any(re.search(r"\b(Trainer|SFTTrainer|Seq2SeqTrainer|TrainingArguments)\b", src)
-                   for src in ctx.script_sources.values())
-        ctx.uses_trainer = uses
+        if ctx.scripts:
+            ctx.uses_trainer = any(bool(getattr(sf, "uses_trainer", False)) for sf in ctx.scripts)
+        else:  # scriptcheck unavailable: a plain word search, good enough for this one fact
+            ctx.uses_trainer = any(
+                re.search(r"\b(Trainer|SFTTrainer|Seq2SeqTrainer|TrainingArguments)\b", src)
+                for src in ctx.script_sources.values())
+    ctx.uses_accelerate = ctx.accelerate is not None or any(
+        bool(getattr(sf, "uses_accelerate", False)) for sf in ctx.scripts)
 
     # Which DeepSpeed release the config is linted for.
     target = _version_of(getattr(args, "ds_version", None))
