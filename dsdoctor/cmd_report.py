@@ -44,14 +44,25 @@ def run(args: argparse.Namespace) -> int:
     if env is None:
         notes.append("no --env given: system info left for you to fill "
                      "(run 'dsdoctor env --format json' on the training node and pass --env FILE)")
-    anchor = None
+    anchor = fallback = None
     if report is not None:
-        # Anchor the excerpt on the earliest error-severity evidence the analysis found.
-        evs = [e for f in report.findings if f.severity == "error" for e in f.evidence]
-        if evs:
-            first = min(evs, key=lambda e: (args.logs.index(e.file) if e.file in args.logs else 99, e.line))
-            anchor = (first.file, first.line)
-    excerpt = report_issue.first_error_excerpt(args.logs, anchor)
+        order = {p: i for i, p in enumerate(args.logs)}
+
+        def earliest(evs: list[Any]) -> tuple[str, int] | None:
+            evs = [e for e in evs if e.file in order]
+            if not evs:
+                return None
+            e = min(evs, key=lambda e: (order[e.file], e.line))
+            return (e.file, e.line)
+
+        # The error-severity finding's evidence is the error; otherwise the log's first
+        # exception-looking line; otherwise the first symptom (collapses print no traceback),
+        # overflows last because a few of them are normal.
+        anchor = earliest([e for f in report.findings if f.severity == "error" for e in f.evidence])
+        fallback = earliest([e for f in report.findings for e in f.evidence]) or earliest(
+            [s.first for s in report.symptoms if s.kind != "fp16-overflow"]) or earliest(
+            [s.first for s in report.symptoms])
+    excerpt = report_issue.first_error_excerpt(args.logs, anchor, fallback)
     launch = report_issue.find_launch_command(args.logs, report)
     issue = report_issue.build_issue(target=args.target, report=report, logs=args.logs,
                                      configs=configs, env=env, redactor=red, excerpt=excerpt,

@@ -176,22 +176,24 @@ def normalize_display(raw: bytes) -> str:
     return _ANSI.sub("", text).rstrip()[:2000]
 
 
-def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None
-                        ) -> LogExcerpt | None:
-    """Find the first error (or the line ``anchor`` = (file, line)) and cut its context.
+def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,
+                        fallback: tuple[str, int] | None = None) -> LogExcerpt | None:
+    """Cut the context of the run's first error.
 
-    A traceback is shown from its ``Traceback`` line to its exception line; identical lines
-    printed by several ranks are kept once (with the ranks noted).
+    ``anchor`` = (file, line) names the error (the analysis's strongest evidence); without it
+    the first error-looking line (traceback, exception, OOM, non-zero exit) is used, and
+    ``fallback`` (e.g. the first symptom: a loss-scale collapse prints no traceback) when the
+    log has none. A traceback is shown from its ``Traceback`` line to its exception line;
+    identical lines printed by several ranks are kept once (with the ranks noted).
     """
-    order = list(paths)
-    if anchor and anchor[0] in order:
-        order.remove(anchor[0])
-        order.insert(0, anchor[0])
-    for path in order:
-        want = anchor[1] if anchor and path == anchor[0] else None
-        ex = _excerpt_in_file(path, want)
-        if ex is not None:
-            return ex
+    if anchor is None:
+        for path in paths:
+            ex = _excerpt_in_file(path, None)
+            if ex is not None:
+                return ex
+        anchor = fallback
+    if anchor is not None and anchor[0] in paths:
+        return _excerpt_in_file(anchor[0], anchor[1])
     return None
 
 
@@ -234,7 +236,7 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
     else:
         return None
     it.close()
-    return _dedupe(path, collected, closed)
+    return _dedupe(path, collected, closed, n)
 
 
 def _tb_step(text: str, tb_open: bool, closed: bool) -> tuple[bool, bool]:
@@ -246,7 +248,8 @@ def _tb_step(text: str, tb_open: bool, closed: bool) -> tuple[bool, bool]:
     return tb_open, closed
 
 
-def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool) -> LogExcerpt:
+def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hit_line: int
+            ) -> LogExcerpt:
     seen: dict[str, int] = {}
     lines: list[ExcerptLine] = []
     ranks: list[list[int]] = []
@@ -289,7 +292,7 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool) ->
         idx = next((i for i, t in enumerate(texts) if _ERROR_RE.search(t) and not _TRACEBACK_RE.search(t)),
                    None)
     if idx is None:
-        idx = next((i for i, t in enumerate(texts) if t.strip()), 0)
+        idx = next((i for i, l in enumerate(out) if l.line == hit_line), 0)
     error = texts[idx].strip() if texts else ""
     error_line = out[idx].line if out else 0
     return LogExcerpt(path, out, error[:300], error_line, has_tb, tuple(pkgs), dropped, complete)
@@ -334,10 +337,10 @@ def parse_launch(cmd: str, path: str, line: int) -> LaunchCommand:
         argv = cmd.split()
     launcher = "python"
     joined = " ".join(argv[:6])
-    for name, pat in (("deepspeed", r"deepspeed\.launcher|(?:^|/)deepspeed\b"),
-                      ("torchrun", r"(?:^|/)torchrun\b|torch\.distributed\.(?:run|launch)"),
-                      ("accelerate", r"(?:^|/)accelerate\s+launch"), ("srun", r"(?:^|/)srun\b"),
-                      ("mpirun", r"(?:^|/)mpirun\b"), ("llamafactory-cli", r"llamafactory-cli")):
+    for name, pat in (("deepspeed", r"deepspeed\.launcher|(?:^|[/\s])deepspeed\s"),
+                      ("torchrun", r"(?:^|[/\s])torchrun\s|torch\.distributed\.(?:run|launch)"),
+                      ("accelerate", r"(?:^|[/\s])accelerate\s+launch"), ("srun", r"(?:^|[/\s])srun\s"),
+                      ("mpirun", r"(?:^|[/\s])mpirun\s"), ("llamafactory-cli", r"llamafactory-cli")):
         if re.search(pat, joined):
             launcher = name
             break

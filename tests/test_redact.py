@@ -49,6 +49,9 @@ def _clean(text: str, secret: str) -> str:
         (f"--hub_token xyzSECRETvalue42 --output_dir out", "xyzSECRETvalue42", "--output_dir out"),
         (f"--hub-token=xyzSECRETvalue42", "xyzSECRETvalue42", "--hub-token="),
         ("--wandb_key abcSECRET999 --bf16", "abcSECRET999", "--bf16"),
+        # the launcher's "exits with return code" line prints argv as a Python list
+        ("['/usr/bin/python3', '-u', 'train.py', '--hub_token', 'xyzSECRETvalue42'] exits with return code = 1",
+         "xyzSECRETvalue42", "exits with return code = 1"),
         ("--db_password hunter2hunter2", "hunter2hunter2", "--db_password"),
         ("--client_secret 'qwertyQWERTY123'", "qwertyQWERTY123", "--client_secret"),
         (f"Authorization: Bearer {BEARER}", BEARER, "Authorization"),
