@@ -56,7 +56,7 @@ def generate(path: str, mib: int, seed: int = 0) -> dict:
                                    lr=lr))
             buf.append(TIMER.format(m=m, s=s, ms=ms, micro=step * 4, step=step,
                                     avg=31.2 + rnd.random(), cur=30 + 3 * rnd.random()))
-            buf.append(TRAINER.format(loss=2.5 * 0.9995 ** step + 0.1 * rnd.random(),
+            buf.append(TRAINER.format(loss=1.2 + 1.3 * 0.9995 ** step + 0.1 * rnd.random(),
                                       gn=0.5 + rnd.random(), lr=lr, ep=step / 5000))
             # a tqdm bar redrawn several times on one physical line (\r), as in a captured log
             i = step % n_bars

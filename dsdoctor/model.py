@@ -43,7 +43,7 @@ class Evidence:
     rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"file": self.file, "line": self.line, "text": self.text, "rank": self.rank}
 
     @property
     def location(self) -> str:
@@ -98,7 +98,12 @@ class TimelinePoint:
     rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # not dataclasses.asdict: it deep-copies, and a report can hold thousands of points
+        return {k: getattr(self, k) for k in _TIMELINE_KEYS if getattr(self, k) is not None}
+
+
+_TIMELINE_KEYS = ("file", "line", "source", "step", "loss", "grad_norm", "loss_scale", "skipped",
+                  "lr", "throughput", "epoch", "rank")
 
 
 @dataclass(frozen=True)

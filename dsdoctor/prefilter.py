@@ -50,23 +50,23 @@ class PythonEngine:
             for m in self._regexes[i].finditer(data, line_start, line_end):
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
 
-    def candidates(self, data: bytes) -> list[tuple[int, int]]:
-        """(offset inside a match, pattern index) pairs, sorted by offset."""
+    def candidates(self, data, limit: int) -> list[tuple[int, int]]:
+        """(offset inside a match, pattern index) pairs in ``data[:limit]``, sorted by offset."""
         out: list[tuple[int, int]] = []
-        folded = data.lower() if self._folded else b""
+        folded = bytes(memoryview(data)[:limit]).lower() if self._folded else b""
         for table, hay in ((self._exact, data), (self._folded, folded)):
             for lit, idxs in table.items():
                 find = hay.find
-                pos = find(lit)
+                pos = find(lit, 0, limit)
                 while pos != -1:
                     line_start = data.rfind(b"\n", 0, pos) + 1
-                    line_end = data.find(b"\n", pos)
+                    line_end = data.find(b"\n", pos, limit)
                     if line_end == -1:
-                        line_end = len(data)
+                        line_end = limit
                     self._confirm(data, line_start, line_end, idxs, out)
-                    pos = find(lit, line_end)
+                    pos = find(lit, line_end, limit)
         for i in self._no_literal:
-            for m in self._regexes[i].finditer(data):
+            for m in self._regexes[i].finditer(data, 0, limit):
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
         out.sort()
         return out
@@ -96,8 +96,9 @@ class HyperscanEngine:
         db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
         self._db = db
 
-    def candidates(self, data: bytes) -> list[tuple[int, int]]:
-        if self._db is None or not data:
+    def candidates(self, data, limit: int) -> list[tuple[int, int]]:
+        """(offset inside a match, pattern index) pairs in ``data[:limit]``, sorted by offset."""
+        if self._db is None or not limit:
             return []
         out: list[tuple[int, int]] = []
         append = out.append
@@ -105,7 +106,7 @@ class HyperscanEngine:
         def on_match(idx, _frm, to, _flags, _ctx):
             append((to - 1 if to > 0 else 0, idx))
 
-        self._db.scan(data, match_event_handler=on_match)
+        self._db.scan(memoryview(data)[:limit], match_event_handler=on_match)
         out.sort()
         return out
 

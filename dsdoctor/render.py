@@ -7,11 +7,6 @@ import json
 import math
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
-
 from dsdoctor.model import Evidence, Report, Symptom, TimelinePoint
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -98,6 +93,11 @@ def _counts(report: Report) -> dict[str, int]:
 # --- text (rich) -------------------------------------------------------------------------------
 
 def render_text(report: Report, color: bool = True, width: int | None = None) -> str:
+    # rich is imported here, not at module level: JSON and Markdown output do not need it
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width or 110,
                       highlight=False, soft_wrap=False)
@@ -269,5 +269,3 @@ def render(report: Report, fmt: str, color: bool = False) -> str:
     return render_text(report, color=color)
 
 
-def escape_markup(s: str) -> str:  # re-exported for the TUI
-    return escape(s)

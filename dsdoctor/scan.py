@@ -8,6 +8,7 @@ to the precise patterns. Every chunk keeps a look-ahead tail so that patterns wi
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from dsdoctor.aggregate import FactCollector, SymptomAggregator, Timeline
 from dsdoctor.errors import UsageError
 from dsdoctor.formats import Pattern, load_patterns
 from dsdoctor.model import Evidence, FileSummary, Symptom, TimelinePoint, Fact
-from dsdoctor.prefilter import make_engine
+from dsdoctor.prefilter import hyperscan_available, make_engine
 from dsdoctor.reader import normalize, open_log, rank_from_filename
 
 CHUNK_BYTES = 8 << 20
@@ -24,7 +25,7 @@ MAX_BUFFER_BYTES = 64 << 20  # a single line longer than this is cut (segments s
 SEGMENT_WINDOW = 8 << 10  # around a hit inside a huge \r/\n-free segment
 TIMELINE_FULL_BYTES = 64 << 20  # below this size every timeline line is read; above, sampled
 TIMELINE_WINDOWS_PER_CHUNK = 16
-TIMELINE_WINDOW_BYTES = 32 << 10
+TIMELINE_WINDOW_BYTES = 4 << 10
 
 
 @dataclass
@@ -46,11 +47,12 @@ class Scanner:
         self.patterns = list(patterns if patterns is not None else load_patterns())
         self.main_patterns = [p for p in self.patterns if not p.is_timeline]
         self.timeline_patterns = [p for p in self.patterns if p.is_timeline]
-        self.engine_full = make_engine(self.patterns, engine)
-        self.engine_main = make_engine(self.main_patterns, engine)
+        self._engine_choice = engine
+        self._engine_full = None
+        self._engine_main = None
         # Timeline windows are small: the pure-Python engine is fast enough and needs no DB.
         self.engine_timeline = make_engine(self.timeline_patterns, "python")
-        self.engine_name = self.engine_full.name
+        self.engine_name = "hyperscan" if engine != "python" and hyperscan_available() else "python"
         self.symptoms = SymptomAggregator()
         self.timeline = Timeline()
         self.facts = FactCollector()
@@ -77,65 +79,103 @@ class Scanner:
         )
 
     # -- internals ----------------------------------------------------------------------------
+    def _engine(self, full_timeline: bool):
+        """Prefilter engines are compiled on first use (a big file never needs the full one)."""
+        if full_timeline:
+            if self._engine_full is None:
+                self._engine_full = make_engine(self.patterns, self._engine_choice)
+            return self._engine_full
+        if self._engine_main is None:
+            self._engine_main = make_engine(self.main_patterns, self._engine_choice)
+        return self._engine_main
+
+    @property
+    def engine_full(self):
+        return self._engine(True)
+
     def _scan_stream(self, name, stream, size, compressed, on_event) -> None:
         full_timeline = size is None or size <= (TIMELINE_FULL_BYTES // (8 if compressed else 1))
-        engine = self.engine_full if full_timeline else self.engine_main
+        engine = self._engine(full_timeline)
         patterns = self.patterns if full_timeline else self.main_patterns
         file_rank = rank_from_filename(name) if name != "<stdin>" else None
-        carry = b""
-        base_line = 1  # line number of the first byte of the current buffer
+        # One buffer, reused: fresh 8 MiB allocations per chunk cost more than the scan itself.
+        buf = bytearray(CHUNK_BYTES + LOOKAHEAD_BYTES)
+        have = 0  # valid bytes at the start of buf
+        base_line = 1  # line number of buf[0]
         total = 0
+        last_byte = b"\n"
         eof = False
         while not eof:
+            if len(buf) < have + CHUNK_BYTES:
+                buf.extend(bytes(have + CHUNK_BYTES - len(buf)))
             try:
-                chunk = stream.read(CHUNK_BYTES)
+                n = stream.readinto(memoryview(buf)[have:have + CHUNK_BYTES]) or 0
             except EOFError:
                 self.notes.append(f"{name}: truncated gzip stream; analyzed the first "
-                                  f"{base_line - 1} lines")
-                chunk = b""
-            except OSError as exc:
+                                  f"{total:,} bytes")
+                n = 0
+            except (OSError, ValueError) as exc:  # zlib.error is an OSError subclass? not always
                 if total == 0:
                     raise UsageError(f"{name}: cannot read ({exc}); check the file") from None
-                self.notes.append(f"{name}: read error after {total} bytes ({exc}); "
+                self.notes.append(f"{name}: read error after {total:,} bytes ({exc}); "
                                   "analyzed what was readable")
-                chunk = b""
-            if not chunk:
+                n = 0
+            except Exception as exc:  # noqa: BLE001 - e.g. zlib.error from a corrupt gzip
+                if total == 0:
+                    raise UsageError(f"{name}: cannot read ({exc}); check the file") from None
+                self.notes.append(f"{name}: read error after {total:,} bytes ({exc}); "
+                                  "analyzed what was readable")
+                n = 0
+            if n == 0:
                 eof = True
-            total += len(chunk)
-            buf = carry + chunk if carry else chunk
-            if not buf:
+            total += n
+            have += n
+            if have == 0:
                 break
+            last_byte = bytes(buf[have - 1:have])
             if eof:
-                cut = len(buf)
+                cut = have
             else:
-                limit = len(buf) - LOOKAHEAD_BYTES
+                limit = have - LOOKAHEAD_BYTES
                 cut = buf.rfind(b"\n", 0, limit) + 1 if limit > 0 else 0
                 if cut == 0:
-                    if len(buf) < MAX_BUFFER_BYTES:
-                        carry = buf
-                        continue
-                    cut = len(buf) - LOOKAHEAD_BYTES  # one giant line: cut it
-            region = buf[:cut] if cut < len(buf) else buf
-            hits = engine.candidates(region)
-            if hits:
-                self._process_hits(name, buf, region, hits, patterns, base_line, file_rank,
-                                   on_event)
-            if not full_timeline:
-                self._sample_timeline(name, region, base_line, file_rank)
-            base_line += region.count(b"\n")
-            carry = buf[cut:]
-        lines = base_line - 1 + (1 if total and not _ends_with_newline(stream, total) else 0)
+                    if have < MAX_BUFFER_BYTES:
+                        continue  # no complete line yet: read more
+                    cut = have - LOOKAHEAD_BYTES  # one giant line: cut it
+            hits = engine.candidates(buf, cut)
+            samples = [] if full_timeline else self._sample_timeline(buf, cut)
+            base_line = self._process(name, buf, cut, have, hits, samples, patterns, base_line,
+                                      file_rank, on_event)
+            rest = have - cut
+            if rest:
+                buf[0:rest] = buf[cut:have]
+            have = rest
+        lines = base_line - 1 + (1 if total and last_byte != b"\n" else 0)
         self.files.append(FileSummary(path=name, lines=lines, bytes=total, compressed=compressed))
         if total == 0:
             self.notes.append(f"{name}: empty log")
 
-    def _process_hits(self, name, buf, region, hits, patterns, base_line, file_rank, on_event):
+    def _process(self, name, buf, cut, have, hits, samples, patterns, base_line, file_rank,
+                 on_event) -> int:
+        """Match the candidates of buf[:cut]; return the line number of buf[cut]."""
         seen: set[tuple[int, int]] = set()
         pos = 0
         line = base_line
-        count = region.count
-        rfind = region.rfind
-        for off, idx in hits:
+        count = buf.count
+        rfind = buf.rfind
+        find = buf.find
+        # hits and timeline samples in one pass of newline counting
+        items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
+        for off, idx, *rest in items:
+            if rest:  # a sampled timeline point: (offset, pattern index, segment, values)
+                seg, values = rest
+                if off > pos:
+                    line += count(b"\n", pos, off)
+                    pos = off
+                ev = Evidence(file=name, line=line, text=seg.text.strip()[:500],
+                              rank=seg.rank if seg.rank is not None else file_rank)
+                self.timeline.add(self.timeline_patterns[idx].id, ev, values)
+                continue
             line_start = rfind(b"\n", 0, off) + 1
             seg_start = rfind(b"\r", line_start, off) + 1
             if seg_start < line_start:
@@ -147,18 +187,18 @@ class Scanner:
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
-            nl = buf.find(b"\n", off)
-            line_end = nl if nl != -1 else len(buf)
-            cr = buf.find(b"\r", off, line_end)
+            nl = find(b"\n", off, have)
+            line_end = nl if nl != -1 else have
+            cr = find(b"\r", off, line_end)
             seg_end = cr if cr != -1 else line_end
             if seg_end - seg_start > 4 * SEGMENT_WINDOW:
                 seg_start = max(seg_start, off - SEGMENT_WINDOW)
                 seg_end = min(seg_end, off + SEGMENT_WINDOW)
             pat = patterns[idx]
-            seg = normalize(buf[seg_start:seg_end])
+            seg = normalize(bytes(buf[seg_start:seg_end]))
             following: list[str] = []
             if pat.join_next:
-                following = _next_lines(buf, line_end, pat.join_next)
+                following = _next_lines(buf, line_end, pat.join_next, have)
             values = pat.match_lines(seg.text, following)
             if values is None:
                 continue
@@ -169,6 +209,9 @@ class Scanner:
             self._emit(pat, ev, values)
             if on_event is not None:
                 on_event(pat.emits, ev, values)
+        if cut > pos:
+            line += count(b"\n", pos, cut)
+        return line
 
     def _emit(self, pat: Pattern, ev: Evidence, values: dict) -> None:
         if pat.is_timeline:
@@ -178,25 +221,27 @@ class Scanner:
         else:
             self.symptoms.add(pat.emits, pat.id, pat.strength, ev, values)
 
-    def _sample_timeline(self, name, region, base_line, file_rank) -> None:
-        """Big files: read the timeline in evenly spaced windows (bounded work per chunk)."""
-        if not self.timeline_patterns or not region:
-            return
-        stride = max(len(region) // TIMELINE_WINDOWS_PER_CHUNK, 1)
-        line = base_line
-        pos = 0
-        for start in range(0, len(region), stride):
-            begin = region.find(b"\n", start) + 1 if start else 0
-            if begin <= 0 or begin >= len(region):
+    def _sample_timeline(self, buf, cut) -> list[tuple]:
+        """Big files: read the timeline in evenly spaced small windows (bounded work per chunk).
+
+        Returns (offset, pattern index, segment, values), sorted by offset, first hit of each
+        timeline pattern per window.
+        """
+        out: list[tuple] = []
+        if not self.timeline_patterns or not cut:
+            return out
+        stride = max(cut // TIMELINE_WINDOWS_PER_CHUNK, 1)
+        for start in range(0, cut, stride):
+            begin = buf.find(b"\n", start, cut) + 1 if start else 0
+            if (start and begin <= 0) or begin >= cut:
                 continue
-            window = region[begin:begin + TIMELINE_WINDOW_BYTES]
-            cut = window.rfind(b"\n") + 1
-            window = window[:cut] if cut else window
-            hits = self.engine_timeline.candidates(window)
-            line += region.count(b"\n", pos, begin)
-            pos = begin
+            stop = min(begin + TIMELINE_WINDOW_BYTES, cut)
+            window = bytes(buf[begin:stop])
+            wcut = window.rfind(b"\n") + 1
+            if wcut:
+                window = window[:wcut]
             taken: set[int] = set()
-            for off, idx in hits:
+            for off, idx in self.engine_timeline.candidates(window, len(window)):
                 if idx in taken:
                     continue
                 ls = window.rfind(b"\n", 0, off) + 1
@@ -205,40 +250,28 @@ class Scanner:
                 le = nl if nl != -1 else len(window)
                 cr = window.find(b"\r", off, le)
                 seg = normalize(window[ss:cr if cr != -1 else le])
-                pat = self.timeline_patterns[idx]
-                values = pat.match(seg.text)
+                values = self.timeline_patterns[idx].match(seg.text)
                 if values is None:
                     continue
                 taken.add(idx)
-                ev = Evidence(file=name, line=line + window.count(b"\n", 0, ls),
-                              text=seg.text.strip()[:500],
-                              rank=seg.rank if seg.rank is not None else file_rank)
-                self.timeline.add(pat.id, ev, values)
+                out.append((begin + ls, idx, seg, values))
+        out.sort(key=lambda t: t[0])
+        return out
 
 
-def _next_lines(buf: bytes, line_end: int, n: int) -> list[str]:
+def _next_lines(buf, line_end: int, n: int, have: int) -> list[str]:
     out: list[str] = []
     pos = line_end + 1
     for _ in range(n):
-        if pos >= len(buf):
+        if pos >= have:
             break
-        nl = buf.find(b"\n", pos)
-        end = nl if nl != -1 else len(buf)
+        nl = buf.find(b"\n", pos, have)
+        end = nl if nl != -1 else have
         if end - pos > 4 * SEGMENT_WINDOW:
             end = pos + 4 * SEGMENT_WINDOW
-        out.append(normalize(buf[pos:end]).text)
+        out.append(normalize(bytes(buf[pos:end])).text)
         pos = end + 1
     return out
-
-
-def _ends_with_newline(stream, total: int) -> bool:
-    # The line count is the number of "\n" (+1 for a last line without one). We do not keep the
-    # last byte around, so ask the stream when it can seek; otherwise assume a final newline.
-    try:
-        stream.seek(total - 1)
-        return stream.read(1) == b"\n"
-    except Exception:  # noqa: BLE001 - gzip/stdin: not worth re-reading
-        return True
 
 
 def scan_files(paths: Iterable[str], engine: str = "auto",
@@ -302,12 +335,9 @@ class TailScanner:
 
     def _process(self, cut: int) -> None:
         s = self.scanner
-        region = self._buf[:cut]
-        hits = s.engine_full.candidates(region)
-        if hits:
-            s._process_hits(self.name, self._buf, region, hits, s.patterns, self._line,
-                            self._rank, self.on_event)
-        self._line += region.count(b"\n")
+        hits = s.engine_full.candidates(self._buf, cut)
+        self._line = s._process(self.name, self._buf, cut, len(self._buf), hits, [], s.patterns,
+                                self._line, self._rank, self.on_event)
         self._buf = self._buf[cut:]
 
     def result(self) -> ScanResult:

@@ -25,6 +25,9 @@ _LINE_CROSSING = re.compile(r"\\[sSWDn r]|(?<!\\)\.|\[\^")
 MAX_JOIN_NEXT = 8
 
 
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class FormatError(ValueError):
     """A format file breaks the schema (a bug in dsdoctor, caught by the tests)."""
 
@@ -189,7 +192,7 @@ def _build(fmt_name: str, spec: dict, where: str) -> Pattern:
 
 def load_file(text: str, name: str) -> list[Pattern]:
     """Parse one format file's YAML text into patterns."""
-    doc = yaml.safe_load(text)
+    doc = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader (C when available)
     if not isinstance(doc, dict):
         raise FormatError(f"{name}: a format file is a mapping")
     _check_keys(doc, {"format", "description", "source", "patterns", "notes"}, name)
