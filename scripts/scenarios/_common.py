@@ -190,9 +190,19 @@ def env_snapshot(*, ram_total_bytes: int, cpu_count: int, gpus: list[dict[str, A
     return snap
 
 
-def write_expected(out: Path, symptoms: list[str], rules: list[str], must_not: list[str]) -> None:
-    """``expected.json``: what a correct ``dsdoctor analyze`` must (and must not) report."""
-    write_json(out / "expected.json", {"symptoms": symptoms, "rules": rules, "must_not": must_not})
+def write_expected(out: Path, symptoms: list[str], rules: list[str], must_not: list[str], *,
+                   max_severity: str | None = None, scripts: list[str] | None = None) -> None:
+    """``expected.json``: what a correct ``dsdoctor analyze`` must (and must not) report.
+
+    ``max_severity``: the worst finding severity allowed (healthy runs); ``scripts``: training
+    scripts (relative to the repository) that analyze gets with ``--script``.
+    """
+    d: dict[str, Any] = {"symptoms": symptoms, "rules": rules, "must_not": must_not}
+    if max_severity:
+        d["max_severity"] = max_severity
+    if scripts:
+        d["scripts"] = scripts
+    write_json(out / "expected.json", d)
 
 
 def write_readme(out: Path, scenario: str, title: str, body: str, outcome: Outcome) -> None:
