@@ -73,6 +73,11 @@ def _gib(b: float) -> str:
     return f"{b / 2**30:.1f} GiB"
 
 
+def _gb(b: float) -> str:
+    """Decimal gigabytes, as the DeepSpeed guides count bucket memory ("9 GB")."""
+    return f"{b / 1e9:.1f} GB"
+
+
 def _enabled(v: Any) -> bool:
     return v is True or (isinstance(v, str) and v.strip().lower() == "true")
 
@@ -101,26 +106,29 @@ def _stage(ctx: Context) -> int | None:
 
 def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Keys written twice in one object: DeepSpeed refuses the file."""
-    seen: set[int] = set()
+    seen: set[str] = set()
     docs: list[ConfigDoc] = []
     for doc in ctx.configs:
         docs.append(doc)
         if doc.deepspeed is not None:
             docs.append(doc.deepspeed)
     for doc in docs:
-        if id(doc) in seen or doc.synthesized:
+        # An Accelerate config's deepspeed_config_file may also be given with --config: once.
+        if doc.path in seen or doc.synthesized:
             continue
-        seen.add(id(doc))
+        seen.add(doc.path)
         for dup in doc.duplicates:
             where = "DeepSpeed refuses the file (ValueError: Duplicate keys in DeepSpeed config)" \
                 if doc.kind == "deepspeed" else "YAML keeps the last value without a word"
+            a, b = ((f"{dup.first.line}:{dup.first.col}", f"{dup.pos.line}:{dup.pos.col}")
+                    if dup.first.line == dup.pos.line else (str(dup.first.line), str(dup.pos.line)))
             yield _finding(
-                f"'{dup.path}' is written twice: line {dup.first.line} and line {dup.pos.line}. "
+                f"'{dup.path}' is written twice: line {a} and line {b}. "
                 f"{where}; the Trainer's json.load keeps the last value, so the two tools would "
                 f"disagree even if it loaded.",
                 path=dup.path, file=dup.pos.file, line=dup.pos.line,
                 fix=f"delete one of the two '{dup.path.rpartition('.')[2]}' entries "
-                    f"(lines {dup.first.line} and {dup.pos.line}), keeping the value you mean")
+                    f"(lines {a} and {b}), keeping the value you mean")
 
 
 # ------------------------------------------------------------------ DS302/DS303 unknown keys
@@ -602,13 +610,13 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
     yield _finding(
         f"ZeRO-{stage} with overlap_comm true keeps about 4.5 x (allgather_bucket_size + "
         f"reduce_bucket_size) 16-bit values in flight: 4.5 x ({sizes['allgather_bucket_size']:.3g} + "
-        f"{sizes['reduce_bucket_size']:.3g}) x 2 bytes = {_gib(need)}, "
+        f"{sizes['reduce_bucket_size']:.3g}) x 2 bytes = {_gb(need)} ({_gib(need)}), "
         f"{need / gpu:.0%} of the {_gib(gpu)} GPU (from {source}){extra}; that leaves too little "
         f"for the model and activations.",
         path="zero_optimization.reduce_bucket_size" if ctx.cfg_has("zero_optimization.reduce_bucket_size")
         else "zero_optimization.overlap_comm",
         fix=f"set zero_optimization.allgather_bucket_size and reduce_bucket_size to 2e8 "
-            f"(about {_gib(after)}), or overlap_comm to false")
+            f"(about {_gb(after)}), or overlap_comm to false")
 
 
 # ------------------------------------------------------------ DS313 LAMB + optimizer offload
@@ -755,14 +763,21 @@ def qlora_storage_dtype(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     if storage in ("float32", "fp32"):
         return
-    path = "fp16.enabled" if fp16.startswith("fp16.enabled") else None
+    file = line = None
+    if fp16.startswith("fp16.enabled"):
+        path = "fp16.enabled"
+    elif fp16.startswith("mixed_precision") and ctx.accelerate is not None:
+        path, file = "mixed_precision", ctx.accelerate.path
+        line = ctx.accelerate.line("mixed_precision")
+    else:
+        path = "fp16"  # the Trainer's --fp16 argument
     yield _finding(
         f"4-bit QLoRA training ({q_where}) stores the quantized weights as {storage} "
         f"(bnb_4bit_quant_storage, {s_where}) while fp16 mixed precision is on ({fp16}): with fp16 "
         f"automatic mixed precision the storage dtype must be float32 (PEFT's QLoRA guide; "
         f"bfloat16 storage is for pure bf16 training), otherwise the sharded flat parameters mix "
         f"dtypes and the run fails or trains on wrongly cast weights.",
-        path=path,
+        path=path, file=file, line=line,
         fix=f"set bnb_4bit_quant_storage from {storage} to float32 (torch.float32) where the "
             f"BitsAndBytesConfig is built ({s_where}), or train in bf16 with bfloat16 storage")
 
