@@ -23,9 +23,10 @@ CHUNK_BYTES = 8 << 20
 LOOKAHEAD_BYTES = 256 << 10
 MAX_BUFFER_BYTES = 64 << 20  # a single line longer than this is cut (segments stay capped anyway)
 SEGMENT_WINDOW = 8 << 10  # around a hit inside a huge \r/\n-free segment
-TIMELINE_FULL_BYTES = 64 << 20  # below this size every timeline line is read; above, sampled
-TIMELINE_WINDOWS_PER_CHUNK = 16
+TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; above, sampled
+TIMELINE_TARGET_POINTS = 2000  # sampled windows per file (evenly spaced by byte offset)
 TIMELINE_WINDOW_BYTES = 4 << 10
+TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
 
 
 @dataclass
@@ -94,9 +95,13 @@ class Scanner:
         return self._engine(True)
 
     def _scan_stream(self, name, stream, size, compressed, on_event) -> None:
-        full_timeline = size is None or size <= (TIMELINE_FULL_BYTES // (8 if compressed else 1))
-        engine = self._engine(full_timeline)
-        patterns = self.patterns if full_timeline else self.main_patterns
+        known = size is not None and not compressed
+        full_timeline = known and size <= TIMELINE_FULL_BYTES
+        if size is None or compressed:
+            stride = TIMELINE_UNKNOWN_SIZE_STRIDE
+        else:
+            stride = max(size // TIMELINE_TARGET_POINTS, TIMELINE_WINDOW_BYTES)
+        consumed = 0  # absolute offset of buf[0]
         file_rank = rank_from_filename(name) if name != "<stdin>" else None
         # One buffer, reused: fresh 8 MiB allocations per chunk cost more than the scan itself.
         buf = bytearray(CHUNK_BYTES + LOOKAHEAD_BYTES)
@@ -142,11 +147,15 @@ class Scanner:
                     if have < MAX_BUFFER_BYTES:
                         continue  # no complete line yet: read more
                     cut = have - LOOKAHEAD_BYTES  # one giant line: cut it
-            hits = engine.candidates(buf, cut)
-            samples = [] if full_timeline else self._sample_timeline(buf, cut)
+            # streams of unknown size (stdin, gzip) read every timeline line of their first MiBs
+            full = full_timeline or (not known and consumed < TIMELINE_FULL_BYTES)
+            patterns = self.patterns if full else self.main_patterns
+            hits = self._engine(full).candidates(buf, cut)
+            samples = [] if full else self._sample_timeline(buf, cut, consumed, stride)
             base_line = self._process(name, buf, cut, have, hits, samples, patterns, base_line,
                                       file_rank, on_event)
             rest = have - cut
+            consumed += cut
             if rest:
                 buf[0:rest] = buf[cut:have]
             have = rest
@@ -221,8 +230,8 @@ class Scanner:
         else:
             self.symptoms.add(pat.emits, pat.id, pat.strength, ev, values)
 
-    def _sample_timeline(self, buf, cut) -> list[tuple]:
-        """Big files: read the timeline in evenly spaced small windows (bounded work per chunk).
+    def _sample_timeline(self, buf, cut, consumed, stride) -> list[tuple]:
+        """Big files: read the timeline in small windows every ``stride`` bytes of the file.
 
         Returns (offset, pattern index, segment, values), sorted by offset, first hit of each
         timeline pattern per window.
@@ -230,8 +239,8 @@ class Scanner:
         out: list[tuple] = []
         if not self.timeline_patterns or not cut:
             return out
-        stride = max(cut // TIMELINE_WINDOWS_PER_CHUNK, 1)
-        for start in range(0, cut, stride):
+        first = -(-consumed // stride) * stride - consumed  # next multiple of stride in buf
+        for start in range(first, cut, stride):
             begin = buf.find(b"\n", start, cut) + 1 if start else 0
             if (start and begin <= 0) or begin >= cut:
                 continue
