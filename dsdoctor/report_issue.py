@@ -47,6 +47,13 @@ _ERROR_RE = re.compile(
     r"|^Killed\s*$|\bSignal 9 \(SIGKILL\)|\boom-kill"
     r"|\[ERROR\]|^ERROR:"
 )
+# Bytes every line matched by _ERROR_RE contains: lines without them are never decoded (speed).
+_RAW_HINT = re.compile(rb"Traceback|Error|Exception|out of memory|DefaultCPUAllocator|exits with|exitcode"
+                       rb"|Watchdog|NCCL error|Killed|Signal 9|oom-kill|ERROR")
+_RAW_LAUNCH_HINT = re.compile(rb"cmd = |torchrun|accelerate|deepspeed|torch\.distributed|srun|mpirun"
+                              rb"|llamafactory-cli")
+#: Launch commands are printed at the start of a run: how many lines to look through per file.
+LAUNCH_SEARCH_LINES = 50_000
 _TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)|^\s*│?\s*Traceback|Traceback \(most recent")
 # The line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
 _EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
@@ -140,8 +147,8 @@ class Issue:
 # reading the log
 # --------------------------------------------------------------------------------------------
 
-def _iter_lines(path: str) -> Iterator[tuple[int, str, Any]]:
-    """(line number, cleaned raw text, normalized Segment) for each physical line, streamed.
+def _iter_raw(path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw bytes) for each physical line, streamed, nothing decoded.
 
     A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees.
     """
@@ -161,10 +168,21 @@ def _iter_lines(path: str) -> Iterator[tuple[int, str, Any]]:
             piece = raw.rstrip(b"\r\n")
             if b"\r" in piece:
                 piece = piece.rsplit(b"\r", 1)[-1] or piece.replace(b"\r", b" ")
-            # Matching uses the rank-peeled text; display keeps the rank prefix for maintainers.
-            yield n, normalize_display(piece), normalize(piece)
+            yield n, piece
     finally:
         log.close()
+
+
+def _norm(item: tuple[int, bytes]) -> tuple[int, str, Any]:
+    """Matching uses the rank-peeled text; display keeps the rank prefix for maintainers."""
+    n, piece = item
+    return n, normalize_display(piece), normalize(piece)
+
+
+def _iter_lines(path: str) -> Iterator[tuple[int, str, Any]]:
+    """(line number, display text, normalized Segment) for each physical line."""
+    for item in _iter_raw(path):
+        yield _norm(item)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
@@ -198,29 +216,36 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
 
 
 def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
-    window: deque[tuple[int, str, Any]] = deque(maxlen=_LOOKBACK)
-    it = _iter_lines(path)
+    window: deque[tuple[int, bytes]] = deque(maxlen=_LOOKBACK)
+    it = _iter_raw(path)
     collected: list[tuple[int, str, Any]] = []
-    for n, shown, seg in it:
-        hit = (n == want_line) if want_line is not None else bool(_ERROR_RE.search(seg.text))
+    for item in it:
+        n, piece = item
+        if want_line is not None:
+            hit = n == want_line
+        else:
+            hit = bool(_RAW_HINT.search(piece)) and bool(_ERROR_RE.search(normalize(piece).text))
         if not hit:
-            window.append((n, shown, seg))
+            window.append(item)
             continue
+        seg = normalize(piece)
+        recent = [_norm(w) for w in window]
         # Start at the Traceback that this error ends, if one is in the recent window.
-        start_idx = len(window)
+        start_idx = len(recent)
         if not _TRACEBACK_RE.search(seg.text):
-            for i in range(len(window) - 1, -1, -1):
-                if _TRACEBACK_RE.search(window[i][2].text):
+            for i in range(len(recent) - 1, -1, -1):
+                if _TRACEBACK_RE.search(recent[i][2].text):
                     start_idx = i
                     break
         start_idx = max(0, start_idx - CONTEXT_BEFORE)
-        collected = list(window)[start_idx:] + [(n, shown, seg)]
+        collected = recent[start_idx:] + [_norm(item)]
         tb_open = False  # inside a traceback: keep reading until its exception line
         closed = False
         for c in collected:
             tb_open, closed = _tb_step(c[2].text, tb_open, closed)
         after = 0
-        for item in it:
+        for raw_item in it:
+            item = _norm(raw_item)
             collected.append(item)
             was_open = tb_open
             tb_open, closed = _tb_step(item[2].text, tb_open, closed)
@@ -302,8 +327,12 @@ def find_launch_command(paths: Sequence[str], report: Report | None = None) -> L
     """The run's launch command: the DeepSpeed launcher's ``cmd = ...`` line, or an echoed
     ``deepspeed``/``torchrun``/``accelerate launch`` command line."""
     for path in paths:
-        for n, _shown, seg in _iter_lines(path):
-            text = seg.text.strip()
+        for n, piece in _iter_raw(path):
+            if n > LAUNCH_SEARCH_LINES:
+                break
+            if not _RAW_LAUNCH_HINT.search(piece):
+                continue
+            text = normalize(piece).text.strip()
             m = _DS_CMD_RE.search(text) if "cmd = " in text else None
             if m is None:
                 m = _TYPED_CMD_RE.match(text)
