@@ -17,7 +17,7 @@ import re
 import shlex
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,8 @@ class LogExcerpt:
     frame_packages: tuple[str, ...]  # packages seen in traceback frames, in order
     duplicates_dropped: int = 0
     traceback_complete: bool = False  # a traceback was read from its start to its exception line
+    # First errors of the other log files (one per rank/node is common): (file, line, error).
+    others: tuple[tuple[str, int, str], ...] = ()
 
     @property
     def deepspeed_in_traceback(self) -> bool:
@@ -204,15 +206,25 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
     log has none. A traceback is shown from its ``Traceback`` line to its exception line;
     identical lines printed by several ranks are kept once (with the ranks noted).
     """
+    found: LogExcerpt | None = None
     if anchor is None:
         for path in paths:
-            ex = _excerpt_in_file(path, None)
-            if ex is not None:
-                return ex
-        anchor = fallback
-    if anchor is not None and anchor[0] in paths:
-        return _excerpt_in_file(anchor[0], anchor[1])
-    return None
+            found = _excerpt_in_file(path, None)
+            if found is not None:
+                break
+        anchor = None if found else fallback
+    if found is None and anchor is not None and anchor[0] in paths:
+        found = _excerpt_in_file(anchor[0], anchor[1])
+    if found is None or len(paths) < 2:
+        return found
+    others = []
+    for path in paths:
+        if path == found.file:
+            continue
+        ex = _excerpt_in_file(path, None)
+        if ex is not None:
+            others.append((path, ex.error_line, ex.error))
+    return replace(found, others=tuple(others))
 
 
 def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
@@ -456,7 +468,16 @@ def _excerpt_md(ex: LogExcerpt, name: str) -> str:
     if ex.duplicates_dropped:
         head += f"; {ex.duplicates_dropped} identical lines from other ranks dropped"
     head += ")"
-    return _details(f"Log excerpt: {head}", _fence("\n".join(rows)))
+    out = _details(f"Log excerpt: {head}", _fence("\n".join(rows)))
+    if ex.others:
+        same = [Path(f).name for f, _, e in ex.others if e == ex.error]
+        diff = [(Path(f).name, n, e) for f, n, e in ex.others if e != ex.error]
+        if same:
+            out += f"\n\nThe same error is also the first error in: {', '.join('`' + x + '`' for x in same)}."
+        if diff:
+            out += "\n\nFirst errors of the other log files:\n" + "\n".join(
+                f"- `{name}` line {n}: `{e.replace('`', chr(39))[:200]}`" for name, n, e in diff)
+    return out
 
 
 def _launch_md(lc: LaunchCommand) -> str:

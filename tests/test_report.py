@@ -365,3 +365,20 @@ def test_bundled_sample_real_deepspeed_run(tmp_path: Path) -> None:
     assert "cannot decrease scale anymore" in body
     assert "probably not a DeepSpeed bug" not in body  # the traceback goes through deepspeed/
     assert "Launcher: `deepspeed`" in body
+
+
+def test_one_log_per_rank(tmp_path: Path) -> None:
+    r0 = write_log(tmp_path, ranks=(0,), name="rank0.log")
+    r1 = write_log(tmp_path, ranks=(1,), name="rank1.log")
+    r2 = tmp_path / "rank2.log"
+    r2.write_text("[rank2]: Traceback (most recent call last):\n"
+                  '[rank2]:   File "/opt/venv/lib/python3.10/site-packages/torch/distributed/c10d_logger.py", line 72, in wrapper\n'
+                  "[rank2]:     return func(*args, **kwargs)\n"
+                  "[rank2]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970\n")
+    ex = first_error_excerpt([str(r0), str(r1), str(r2)])
+    assert ex.file == str(r0) and ex.error == DS_EXC
+    assert (str(r1), ex.error_line, DS_EXC) in ex.others
+    assert any(f == str(r2) and e.startswith("torch.distributed.DistBackendError") for f, _, e in ex.others)
+    body = build_issue(target="deepspeed", report=None, logs=[str(r0), str(r1), str(r2)], excerpt=ex).body
+    assert "The same error is also the first error in: `rank1.log`" in body
+    assert "`rank2.log` line 4: `torch.distributed.DistBackendError" in body
