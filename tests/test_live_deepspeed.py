@@ -1,0 +1,52 @@
+"""Live runs of the sample scenarios with the installed DeepSpeed, analyzed by dsdoctor.
+
+These catch format drift: if a DeepSpeed (or torch/Transformers) release changes what it prints, the
+freshly produced log no longer yields what ``expected.json`` says. Marked ``deepspeed``: skipped with
+the reason when no Python with torch + deepspeed + transformers is available (``--ds-python`` or
+``DSDOCTOR_DS_PYTHON`` names one; by default this interpreter). Nothing is installed here.
+
+Each run takes 10-60 s on 2 CPU cores (the hang scenario waits for its 20 s gloo timeout; the first
+DeepSpeed run on a machine also JIT-builds DeepSpeed's small shm comm op, about 40 s, then cached).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import sample_check  # noqa: E402
+
+LIVE = ["fp16_loss_scale_collapse", "zero3_generate_hang", "zero3_generate_synced"]
+
+
+@pytest.mark.deepspeed
+@pytest.mark.parametrize("scenario", LIVE)
+def test_live_scenario(scenario: str, ds_python: str, tmp_path: Path) -> None:
+    out = tmp_path / "live" / scenario
+    proc = subprocess.run(
+        [ds_python, str(REPO / "scripts" / "scenarios" / f"{scenario}.py"), "--out", str(out)],
+        capture_output=True, text=True, timeout=900)
+    log_tail = "".join(p.read_text(errors="replace")[-3000:] for p in out.glob("*.log"))
+    assert proc.returncode == 0, (f"scenario run failed ({proc.returncode}):\n{proc.stdout}\n"
+                                  f"{proc.stderr[-3000:]}\n--- log tail ---\n{log_tail}")
+
+    # The driver writes expected.json for the live run; it must say what the committed sample says.
+    live_expected = sample_check.Expected.load(out)
+    assert live_expected == sample_check.Expected.load(REPO / "sample_logs" / scenario)
+
+    if live_expected.scripts:  # scripts are named relative to the repository
+        data = json.loads((out / "expected.json").read_text())
+        data["scripts"] = [str(REPO / s) for s in data["scripts"]]
+        (out / "expected.json").write_text(json.dumps(data))
+
+    code, stdout, stderr = sample_check.run_analyze(out)
+    assert code in (0, 1), f"analyze exited {code}: {stderr}"
+    found = sample_check.problems(json.loads(stdout), live_expected)
+    assert not found, f"{scenario} (live run with {ds_python}): " + "; ".join(found)
