@@ -316,6 +316,11 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
         if depth > MAX_DEPTH:
             raise UsageError(f"{kpos(node)}: nested deeper than {MAX_DEPTH} levels; "
                              "this is not a config file")
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in (
+                "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"):
+            # e.g. !!python/object/apply: never constructed; refuse rather than guess.
+            raise UsageError(f"{kpos(node)}: unsupported YAML tag {node.tag}; a config holds "
+                             "plain mappings, lists and values")
         if isinstance(node, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for knode, vnode in node.value:

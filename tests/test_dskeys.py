@@ -1,0 +1,141 @@
+"""dskeys: per-release known-key tables, did-you-mean, and what each release does with a key.
+
+The ``deepspeed``-marked tests re-measure the claims against a real DeepSpeed, in a child process
+(the interpreter given by ``--ds-python`` / ``DSDOCTOR_DS_PYTHON``, see conftest.py; the dev box
+has one in /work/venv-ds), so this suite never imports DeepSpeed itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsdoctor import dskeys
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_tables_exist_for_three_releases() -> None:
+    assert dskeys.available_releases() == ["0.9.5", "0.14.4", "0.19.8"]
+    t = dskeys.table_for("0.19.8")
+    assert {"train_batch_size", "zero_optimization", "fp16", "bf16", "optimizer"} <= t.top_level
+    assert t.is_strict("zero_optimization") and t.is_strict("zero_optimization.offload_param")
+    assert t.is_strict("fp16") and not t.is_strict("optimizer.params")
+    assert "stage3_gather_16bit_weights_on_model_save" in t.section_keys("zero_optimization")
+    assert {"lr", "betas", "eps", "weight_decay"} <= t.section_keys("optimizer.params")
+    assert {"warmup_num_steps", "total_num_steps"} <= t.section_keys("scheduler.params")
+    # older releases: fp16 was read key by key (not refused), amp still existed
+    old = dskeys.table_for("0.9.5")
+    assert not old.is_strict("fp16") and "amp" in old.top_level
+    assert "overlap_comm" in old.section_keys("zero_optimization")
+
+
+def test_release_selection() -> None:
+    assert dskeys.table_for("0.19.8").release == "0.19.8"
+    assert dskeys.table_for("0.16.2").release == "0.14.4"
+    assert dskeys.table_for("0.10.0").release == "0.9.5"
+    assert dskeys.table_for("0.5.0").release == "0.9.5"  # older than every table: the oldest
+    assert dskeys.table_for(None).release == "0.19.8"
+    assert dskeys.parse_version("v0.14.4+cu121") == (0, 14, 4)
+
+
+def test_check_reports_ignored_and_refused_keys_with_suggestions() -> None:
+    cfg = {"zero_optimisation": {"stage": 3}, "stage": 3,
+           "fp16": {"enabled": True, "intial_scale_power": 16},
+           "zero_optimization": {"stage": 2, "overlap_com": True, "contigous_gradients": "auto",
+                                 "offload_param": {"device": "cpu", "pin_mem": True}},
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decy": 0.1}},
+           "amp": {"enabled": True}}
+    got = {u.path: (u.rejected, u.suggestion) for u in dskeys.table_for("0.19.8").check(cfg)}
+    assert got == {
+        "zero_optimisation": (False, "zero_optimization"),
+        "stage": (False, "zero_optimization.stage"),
+        "amp": (True, None),
+        "fp16.intial_scale_power": (True, "fp16.initial_scale_power"),
+        "zero_optimization.overlap_com": (True, "zero_optimization.overlap_comm"),
+        # "auto" is dropped before validation: an unknown key set to "auto" is ignored, not refused
+        "zero_optimization.contigous_gradients": (False, "zero_optimization.contiguous_gradients"),
+        "zero_optimization.offload_param.pin_mem": (True, "zero_optimization.offload_param.pin_memory"),
+        "optimizer.params.weight_decy": (False, "optimizer.params.weight_decay"),
+    }
+    old = {u.path: u.rejected for u in dskeys.table_for("0.14.4").check(cfg)}
+    assert old["fp16.intial_scale_power"] is False and "amp" not in old
+    assert dskeys.releases_rejecting("fp16.intial_scale_power") == ["0.19.8"]
+    assert dskeys.releases_rejecting("zero_optimization.overlap_com") == ["0.9.5", "0.14.4", "0.19.8"]
+
+
+def test_healthy_configs_have_no_unknown_keys() -> None:
+    for rel in dskeys.available_releases():
+        t = dskeys.table_for(rel)
+        ok = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+              "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8,
+                                    "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+              "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}}
+        assert t.check(ok) == [], rel
+
+
+PROBE = r"""
+import json, logging, sys
+logging.disable(logging.CRITICAL)
+import deepspeed
+from deepspeed.runtime.config import DeepSpeedConfig
+cases = json.loads(sys.stdin.read())
+out = {"version": deepspeed.__version__}
+for name, cfg in cases.items():
+    try:
+        c = DeepSpeedConfig(cfg)
+        out[name] = {"ok": True, "fp16": bool(c.float16_config.enabled), "stage": int(c.zero_optimization_stage),
+                     "offload_param": c.zero_config.offload_param is not None}
+    except Exception as e:
+        out[name] = {"ok": False, "error": type(e).__name__, "msg": str(e)[:200]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.deepspeed
+def test_behaviour_claims_hold_on_installed_deepspeed(ds_python: str) -> None:
+    """What the rules say DeepSpeed does, measured (0.19.8 on the dev box)."""
+    cases = {
+        "typo_top_level": {"train_batch_size": 8, "zero_optimisation": {"stage": 3}},
+        "typo_in_zero": {"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_com": True}},
+        "typo_auto_in_zero": {"train_batch_size": 8, "zero_optimization": {"stage": 2, "overlap_com": "auto"}},
+        "typo_in_optimizer_params": {"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"weight_decy": 0.1}}},
+        "offload_param_stage2": {"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
+        "fp16_auto": {"train_batch_size": 8, "fp16": {"enabled": "auto"}},
+        "batch_auto": {"train_batch_size": "auto"},
+        "batch_string": {"train_batch_size": 8, "gradient_accumulation_steps": "8"},
+        "fp16_and_bf16": {"train_batch_size": 8, "fp16": {"enabled": True}, "bf16": {"enabled": True}},
+        "batch_mismatch": {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2},
+    }
+    r = subprocess.run([ds_python, "-c", PROBE], input=json.dumps(cases), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if not got["version"].startswith("0.19."):
+        pytest.skip(f"claims are measured for 0.19.x, found {got['version']}")
+    assert got["typo_top_level"]["ok"] and got["typo_top_level"]["stage"] == 0
+    assert not got["typo_in_zero"]["ok"] and "Extra inputs" in got["typo_in_zero"]["msg"]
+    assert got["typo_auto_in_zero"]["ok"]
+    assert got["typo_in_optimizer_params"]["ok"]
+    assert got["offload_param_stage2"]["ok"] and got["offload_param_stage2"]["offload_param"]
+    assert got["fp16_auto"]["ok"] and got["fp16_auto"]["fp16"] is False
+    assert got["batch_auto"]["error"] == "TypeError"
+    assert got["batch_string"]["error"] == "TypeError"
+    assert "cannot be simultaneously enabled" in got["fp16_and_bf16"]["msg"]
+    assert "10 != 4 * 2 * 1" in got["batch_mismatch"]["msg"]
+
+
+@pytest.mark.deepspeed
+def test_shipped_0_19_8_table_matches_installed_deepspeed(ds_python: str, tmp_path: Path) -> None:
+    r = subprocess.run([ds_python, str(ROOT / "scripts" / "gen_ds_keys.py"), "--out-dir", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (made,) = list(tmp_path.glob("ds_keys_*.json"))
+    if made.name != "ds_keys_0.19.8.json":
+        pytest.skip(f"installed DeepSpeed is not 0.19.8 ({made.name})")
+    shipped = json.loads((ROOT / "dsdoctor" / "data" / made.name).read_text())
+    assert json.loads(made.read_text()) == shipped
