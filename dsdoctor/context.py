@@ -308,6 +308,13 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
         if getattr(lf, "uses_trainer", None) is not None:
             ctx.uses_trainer = bool(lf.uses_trainer)
 
+    if ctx.world_size is None:
+        # Without logfacts (or when it found none), the launcher's own world-size facts do.
+        sizes = [f.values.get("world_size") for f in ctx.facts if f.name == "world-size"]
+        sizes = [s for s in sizes if isinstance(s, int) and s > 0]
+        if sizes:
+            ctx.world_size, ctx.world_size_source = max(sizes), "log"
+
     explicit = getattr(args, "trainer_args", None)
     if explicit:
         ctx.trainer_args.update(_coerce_trainer_args(explicit))
