@@ -70,7 +70,7 @@ _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 # "--hub_token X", "--hub-token=X", "--wandb_api_key X": flag ends with a secret word.
 _SECRET_FLAG = re.compile(
-    r"(?i)(?P<flag>--?[A-Za-z0-9_.-]*?(?:token|key|secret|password|passwd|pwd|credentials?))"
+    r"(?i)(?<![\w-])(?P<flag>--?[A-Za-z0-9_.-]*?(?:token|key|secret|password|passwd|pwd|credentials?))"
     r"(?![A-Za-z0-9_-])(?P<sep>\s*=\s*|\s+|[\"'],\s*[\"']|[\"']\s+[\"'])(?P<q>[\"']?)(?P<val>[^\s\"']+)"
 )
 # key = value / "key": "value" / KEY=value where key is a secret-looking name.

@@ -90,6 +90,7 @@ def test_secrets_inside_a_real_launcher_line() -> None:
         "cmd = python -u -m deepspeed.launcher.launch --master_port=29500 train.py",
         "commit 0123456789abcdef0123456789abcdef01234567 is fine outside wandb",
         "task-abcdefghijklmnopqrstuvwxyz0123456789",
+        "a non-key value and a multi-token prompt stay as they are",
     ],
 )
 def test_harmless_text_is_untouched(harmless: str) -> None:
