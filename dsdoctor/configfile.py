@@ -78,6 +78,8 @@ class ConfigDoc:
     duplicates: tuple[Duplicate, ...] = ()
     deepspeed: ConfigDoc | None = None
     synthesized: bool = False  # True when built from Accelerate keys rather than read from a file
+    # For a synthesized config: DeepSpeed path -> the Accelerate key it came from.
+    source_keys: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def get(self, path: str, default: Any = None) -> Any:
@@ -453,7 +455,9 @@ def _accelerate_deepspeed(doc: ConfigDoc, depth: int) -> ConfigDoc | None:
     # No file: Accelerate builds the DeepSpeed config from these keys.
     ds: dict[str, Any] = {}
     positions: dict[str, KeyPos] = {}
+    sources: dict[str, str] = {}
     for akey, dspath in _ACCEL_TO_DS.items():
+        sources[dspath] = f"deepspeed_config.{akey}"
         if akey in section and section[akey] is not None:
             value = section[akey]
             if akey.endswith("_device") and value == "none":
@@ -462,6 +466,8 @@ def _accelerate_deepspeed(doc: ConfigDoc, depth: int) -> ConfigDoc | None:
             pos = doc.positions.get(f"deepspeed_config.{akey}")
             if pos:
                 positions[dspath] = pos
+    sources["fp16.enabled"] = sources["bf16.enabled"] = "mixed_precision"
+    sources["fp16"] = sources["bf16"] = "mixed_precision"
     mp = doc.data.get("mixed_precision")
     if mp in ("fp16", "bf16"):
         ds[mp] = {"enabled": True}
@@ -475,4 +481,4 @@ def _accelerate_deepspeed(doc: ConfigDoc, depth: int) -> ConfigDoc | None:
             p = parent_path(p)
     if not ds:
         return None
-    return ConfigDoc(doc.path, "deepspeed", ds, positions, (), synthesized=True)
+    return ConfigDoc(doc.path, "deepspeed", ds, positions, (), synthesized=True, source_keys=sources)

@@ -139,6 +139,14 @@ def _check_condition(cond: Any, where: str) -> None:
         bad = [t for t in tests if t not in _TESTS]
         if bad or len(tests) > 1:
             raise RuleError(f"{where}: '{key}' takes one test of {', '.join(_TESTS)}, got {tests}")
+        if key == "config":
+            from dsdoctor import dskeys
+
+            table = dskeys.table_for(None)
+            p = re.sub(r"\[\d+\]", "", str(val["path"]))
+            if not (table.is_known(p) or p in table.sections):
+                raise RuleError(f"{where}: config path {val['path']!r} is not a key DeepSpeed "
+                                f"{table.release} knows (dsdoctor/data/ds_keys_*.json)")
     else:
         raise RuleError(f"{where}: unknown condition {key!r}")
 
@@ -348,6 +356,15 @@ def _complete(item: Any, rule: Rule, ctx: Context) -> Finding:
     if not item.references and rule.references:
         changes["references"] = rule.references
     path = item.config_path
+    ds = ctx.ds
+    if path and ds is not None and ds.synthesized and item.config_file is None:
+        # The user wrote an Accelerate config: point at its key, not at a DeepSpeed key they
+        # never wrote (Accelerate built the DeepSpeed config from it).
+        accel = ds.source_keys.get(path)
+        if accel is not None:
+            changes["config_path"] = accel
+            changes["fix"] = f"{changes.get('fix', item.fix)} (Accelerate config: {accel})"
+            changes["fix_change"] = None
     # Locate DeepSpeed paths in the effective config; CLI argument names have no line.
     if path and item.config_line is None and ctx.ds is not None and ctx.ds_source != "log":
         if ctx.ds.has(path) or "." in path or path in ctx.ds.positions:

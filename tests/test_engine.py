@@ -264,3 +264,24 @@ def test_unused_finding_type_is_rejected() -> None:
         engine._complete(42, rule, Context())
     f = engine._complete({"message": "m", "config_path": "x"}, rule, Context())
     assert isinstance(f, Finding) and f.rule == rule.code and f.fix == rule.fix
+
+
+def test_when_config_paths_must_be_known_keys(tmp_path: Path) -> None:
+    bad = GOOD.replace("path: zero_optimization.stage,", "path: zero_optimisation.stage,")
+    with pytest.raises(RuleError, match="not a key DeepSpeed"):
+        load_rules(_rules_dir(tmp_path, {"DS999-test-rule.yaml": bad}))
+
+
+def test_findings_on_an_accelerate_config_name_its_keys(tmp_path: Path) -> None:
+    import sys as _sys
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from test_rules_examples import run_example
+
+    acc = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+           "  zero3_init_flag: true\n  zero3_save_16bit_model: false\n  zero_stage: 3\n"
+           "mixed_precision: bf16\nnum_processes: 2\n")
+    findings = run_example({"accelerate": acc}, tmp_path)
+    f = next(f for f in findings if f.rule == "DS314")
+    assert f.config_path == "deepspeed_config.zero3_save_16bit_model"
+    assert f.config_file == str(tmp_path / "accelerate_config.yaml") and f.config_line == 5
+    assert f.fix_change is None and "Accelerate config" in f.fix
