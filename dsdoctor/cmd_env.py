@@ -47,6 +47,26 @@ def gpu_summary(snap: dict[str, Any]) -> str:
     return "; ".join(f"{n} x {desc}" for desc, n in groups.items())
 
 
+def interconnect_summary(snap: dict[str, Any]) -> str:
+    """NVLink links per GPU, InfiniBand/RoCE ports and their rates, network interfaces."""
+    bits = []
+    links = [g.get("nvlink_active_links") for g in snap.get("gpus") or []]
+    if any(links):
+        bits.append(f"NVLink: {max(l or 0 for l in links)} active links per GPU")
+    elif links and all(l == 0 for l in links):
+        bits.append("no active NVLink (PCIe)")
+    ic = snap.get("interconnect") or {}
+    ib = ic.get("infiniband") or []
+    if ib:
+        bits.append("InfiniBand/RoCE: " + ", ".join(
+            f"{p.get('device')}/{p.get('port')} {p.get('rate') or '?'} ({p.get('state') or '?'})" for p in ib[:8]))
+    elif ic:
+        bits.append("no InfiniBand/RoCE device")
+    if ic.get("net_interfaces"):
+        bits.append("net: " + ", ".join(ic["net_interfaces"][:8]))
+    return "; ".join(bits) or "unknown"
+
+
 def _os_line(o: dict[str, Any]) -> str:
     bits = [o.get("distribution") or o.get("system") or "?"]
     if o.get("release"):
@@ -105,6 +125,7 @@ def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
         ("RAM", mem),
         ("GPUs", gpu_summary(snap)),
         ("NVIDIA driver", str(nvml.get("driver") or "not available")),
+        ("Interconnect", interconnect_summary(snap)),
         ("CUDA", _cuda_line(snap)),
     ]
     return rows

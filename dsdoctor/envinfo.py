@@ -289,6 +289,9 @@ def probe_gpus(notes: list[str], nvml: Any = None) -> tuple[list[dict[str, Any]]
             except Exception as exc:
                 g["memory_total_bytes"] = None
                 notes.append(f"GPU {i}: memory not readable ({exc})")
+            links = _nvlink_active(nvml, h)
+            if links is not None:
+                g["nvlink_active_links"] = links
             try:
                 major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
                 g["compute_capability"] = f"{major}.{minor}"
@@ -305,6 +308,48 @@ def probe_gpus(notes: list[str], nvml: Any = None) -> tuple[list[dict[str, Any]]
     if not gpus:
         notes.append("NVML works but reports no GPU")
     return gpus, info
+
+
+def _nvlink_active(nvml: Any, handle: Any) -> int | None:
+    """Active NVLink links of a GPU (None when NVML cannot say: PCIe-only GPUs raise)."""
+    if not hasattr(nvml, "nvmlDeviceGetNvLinkState"):
+        return None
+    count = 0
+    try:
+        max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+        enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+        for link in range(max_links):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(handle, link) == enabled:
+                    count += 1
+            except Exception:  # NotSupported / InvalidArgument past the last link
+                break
+    except Exception:
+        return None
+    return count
+
+
+def probe_interconnect(sys_root: str = "/sys/class") -> dict[str, Any]:
+    """InfiniBand/RoCE ports from sysfs (device, port, state, rate) and network interfaces.
+
+    Multi-node NCCL problems depend on them, and DeepSpeed's template asks for "interconnects".
+    """
+    ib: list[dict[str, Any]] = []
+    root = Path(sys_root) / "infiniband"
+    if root.is_dir():
+        for dev in sorted(root.iterdir()):
+            ports = dev / "ports"
+            for port in sorted(ports.iterdir()) if ports.is_dir() else []:
+                def read(name: str) -> str | None:
+                    try:
+                        return (port / name).read_text().strip()
+                    except OSError:
+                        return None
+                ib.append({"device": dev.name, "port": port.name, "state": read("state"),
+                           "rate": read("rate"), "link_layer": read("link_layer")})
+    net_root = Path(sys_root) / "net"
+    nics = sorted(p.name for p in net_root.iterdir() if p.name != "lo") if net_root.is_dir() else []
+    return {"infiniband": ib, "net_interfaces": nics}
 
 
 def package_versions() -> dict[str, str | None]:
@@ -411,6 +456,7 @@ def collect(*, ops: bool = True, python: str | None = None, timeout: float = _EN
     gpus, nvml_info = guarded("gpus", lambda: probe_gpus(notes, nvml), ([], {"available": False}))
     snap["gpus"] = gpus
     snap["nvml"] = nvml_info
+    snap["interconnect"] = guarded("interconnect", probe_interconnect, {})
     snap["packages"] = packages
 
     cuda: dict[str, Any] = {"cuda_home": _default_cuda_home(), "nvcc": None, "nvcc_version": None,

@@ -614,7 +614,11 @@ def _system_info_deepspeed(env: dict[str, Any] | None) -> list[str]:
 
     pk = _pkg_versions(env)
     ev = env.get("env_vars") or {}
+    from dsdoctor.cmd_env import interconnect_summary
+
     ic = [f"{k}={v}" for k, v in ev.items() if k.startswith(("NCCL_IB", "NCCL_SOCKET", "NCCL_NET", "FI_"))]
+    if env.get("interconnect") or any("nvlink_active_links" in g for g in env.get("gpus") or []):
+        ic.insert(0, interconnect_summary(env))
     gpus = env.get("gpus") or []
     return [
         f"- OS: {_os_line(env.get('os') or {})}",

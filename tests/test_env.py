@@ -99,6 +99,45 @@ def test_gpus_through_nvml() -> None:
     assert "1 x Tesla V100-SXM2-32GB (32.0 GiB, cc 7.0, bf16 no)" in summary
 
 
+class FakeNVMLWithNVLink(FakeNVML):
+    NVML_NVLINK_MAX_LINKS = 18
+    NVML_FEATURE_ENABLED = 1
+
+    def __init__(self, devices, links: int) -> None:
+        super().__init__(devices)
+        self.links = links
+
+    def nvmlDeviceGetNvLinkState(self, h: int, link: int) -> int:
+        if link >= 12:  # an A100 has 12 links; NVML raises past the last one
+            raise self.NVMLError("Invalid Argument")
+        return 1 if link < self.links else 0
+
+
+def test_nvlink_and_infiniband(tmp_path: Path) -> None:
+    from dsdoctor.cmd_env import interconnect_summary
+
+    gpus, _ = envinfo.probe_gpus([], FakeNVMLWithNVLink([(b"NVIDIA A100-SXM4-80GB", 85899345920, (8, 0))], 12))
+    assert gpus[0]["nvlink_active_links"] == 12
+    pcie, _ = envinfo.probe_gpus([], FakeNVMLWithNVLink([(b"NVIDIA A10", 24146608128, (8, 6))], 0))
+    assert pcie[0]["nvlink_active_links"] == 0
+    # a sysfs tree shaped like /sys/class/infiniband/<dev>/ports/<n>/{state,rate,link_layer}
+    port = tmp_path / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    (port / "link_layer").write_text("InfiniBand\n")
+    (tmp_path / "net" / "ib0").mkdir(parents=True)
+    (tmp_path / "net" / "lo").mkdir()
+    ic = envinfo.probe_interconnect(str(tmp_path))
+    assert ic == {"infiniband": [{"device": "mlx5_0", "port": "1", "state": "4: ACTIVE",
+                                  "rate": "200 Gb/sec (4X HDR)", "link_layer": "InfiniBand"}],
+                  "net_interfaces": ["ib0"]}
+    summary = interconnect_summary({"gpus": gpus, "interconnect": ic})
+    assert summary == "NVLink: 12 active links per GPU; InfiniBand/RoCE: mlx5_0/1 200 Gb/sec (4X HDR) (4: ACTIVE); net: ib0"
+    assert interconnect_summary({"gpus": pcie, "interconnect": {"infiniband": [], "net_interfaces": []}}) \
+        == "no active NVLink (PCIe); no InfiniBand/RoCE device"
+
+
 def test_a_failing_probe_becomes_an_error_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom() -> dict:
         raise OSError("cannot read /proc/meminfo")
