@@ -190,6 +190,55 @@ def _scheduler_params() -> list[str]:
     return _signature_params(classes)
 
 
+def _engine_optimizer_keys(engine_src: str, consts: dict[str, str]) -> set[str]:
+    """optimizer.params keys the engine itself consumes (``torch_adam``, ``adam_w_mode``, Muon's).
+
+    Read statically from deepspeed/runtime/engine.py: keys taken out of ``optimizer_parameters``
+    (``pop``/``get``/``[]``/``in``), string arguments of calls that also receive it, and the
+    ``*_KEYS`` tuples the engine splits parameter groups with.
+    """
+    import ast
+
+    tree = ast.parse(engine_src)
+    keys: set[str] = set()
+
+    def val(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in consts:
+            return consts[node.id]
+        return None
+
+    def is_params(node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id == "optimizer_parameters"
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and is_params(node.value):
+            v = val(node.slice)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("pop", "get") and is_params(node.func.value) and node.args):
+            v = val(node.args[0])
+        elif (isinstance(node, ast.Compare) and len(node.ops) == 1
+              and isinstance(node.ops[0], (ast.In, ast.NotIn)) and is_params(node.comparators[0])):
+            v = val(node.left)
+        elif isinstance(node, ast.Call) and any(is_params(a) for a in node.args):
+            for a in node.args:
+                v = val(a)
+                if v and v.isidentifier():
+                    keys.add(v)
+            continue
+        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name) and node.targets[0].id.endswith("_KEYS")
+              and isinstance(node.value, (ast.Tuple, ast.List))):
+            keys.update(v for e in node.value.elts if (v := val(e)))
+            continue
+        else:
+            continue
+        if v and v.isidentifier():
+            keys.add(v)
+    return keys
+
+
 def build_table() -> dict[str, Any]:
     """Introspect the installed DeepSpeed into the known-key table."""
     logging.disable(logging.CRITICAL)
@@ -224,7 +273,13 @@ def build_table() -> dict[str, Any]:
             sections[key] = {"keys": sub_keys, "strict": False}
     sections.setdefault("optimizer", {"keys": ["type", "params"], "strict": False})
     sections["optimizer"]["keys"] = sorted(set(sections["optimizer"]["keys"]) | {"type", "params"})
-    sections["optimizer.params"] = {"keys": _optimizer_params(), "strict": False}
+    engine_file = os.path.join(os.path.dirname(deepspeed.__file__), "runtime", "engine.py")
+    with open(engine_file, encoding="utf-8") as fh:
+        engine_src = fh.read()
+    engine_keys = _engine_optimizer_keys(engine_src, {k: v for k, v in vars(ds_config).items()
+                                                      if isinstance(v, str)})
+    sections["optimizer.params"] = {"keys": sorted(set(_optimizer_params()) | engine_keys),
+                                    "strict": False}
     sections.setdefault("scheduler", {"keys": ["type", "params"], "strict": False})
     sections["scheduler"]["keys"] = sorted(set(sections["scheduler"]["keys"]) | {"type", "params"})
     sections["scheduler.params"] = {"keys": _scheduler_params(), "strict": False}
@@ -450,6 +505,16 @@ def build_table_from_sdist(path: str) -> dict[str, Any]:
         if sec in sections or sec not in top:
             continue
         sections[sec] = {"keys": sorted(keys), "strict": False}
+    if "deepspeed/runtime/engine.py" in sources:
+        # Old releases' optimizer signatures cannot be introspected without importing them:
+        # take the engine's own keys plus torch.optim's Adam/AdamW/SGD parameters (stable API).
+        torch_params = {"lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening",
+                        "nesterov", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff",
+                        "freeze_step", "cuda_aware", "comm_backend_name", "foreach", "fused",
+                        "capturable", "maximize", "differentiable", "set_grad_none"}
+        sections["optimizer.params"] = {
+            "keys": sorted(_engine_optimizer_keys(sources["deepspeed/runtime/engine.py"], consts) | torch_params),
+            "strict": False}
     for sec in ("optimizer", "scheduler"):
         sections.setdefault(sec, {"keys": [], "strict": False})
         sections[sec]["keys"] = sorted(set(sections[sec]["keys"]) | {"type", "params"})
