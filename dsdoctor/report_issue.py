@@ -57,7 +57,9 @@ LAUNCH_SEARCH_LINES = 50_000
 _TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)|^\s*│?\s*Traceback|Traceback \(most recent")
 # The line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
 _EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
-_FRAME_RE = re.compile(r"""File "(?P<path>[^"]+)", line \d+""")
+_FRAME_RE = re.compile(r"""File "(?P<path>[^"]+)", line \d+"""
+                       # rich tracebacks: "│ /opt/conda/.../deepspeed/runtime/config.py:891 in f │"
+                       r"""|^[│|]\s+(?P<rpath>[^\s│|]*[/\\][^\s│|]*\.py)\b""")
 _PKG_IN_PATH = re.compile(r"[/\\](?P<pkg>deepspeed|transformers|accelerate|torch|peft|trl)[/\\]")
 
 # Launch command lines: the DeepSpeed launcher's "cmd = ...", or a typed command echoed in the log.
@@ -241,6 +243,7 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
             window.append(item)
             continue
         seg = normalize(piece)
+        hit_line = n
         recent = [_norm(w) for w in window]
         # Start at the Traceback that this error ends, if one is in the recent window.
         start_idx = len(recent)
@@ -273,7 +276,7 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
     else:
         return None
     it.close()
-    return _dedupe(path, collected, closed, n)
+    return _dedupe(path, collected, closed, hit_line)
 
 
 def _tb_step(text: str, tb_open: bool, closed: bool) -> tuple[bool, bool]:
@@ -303,18 +306,19 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
             seen[key] = len(lines)
         lines.append(ExcerptLine(n, shown))
         ranks.append([seg.rank] if seg.rank is not None else [])
+    # Packages the traceback frames run through (all of them, also past the display cap).
+    pkgs: list[str] = []
+    for _, _, seg in collected:
+        m = _FRAME_RE.search(seg.text.strip() if seg.text.lstrip().startswith(("│", "|")) else seg.text)
+        if m:
+            pm = None
+            for pm in _PKG_IN_PATH.finditer(m.group("path") or m.group("rpath")):
+                pass  # the innermost package directory of the path is the frame's package
+            if pm and pm.group("pkg") not in pkgs:
+                pkgs.append(pm.group("pkg"))
     out = tuple(ExcerptLine(l.line, l.text, tuple(sorted(r))) for l, r in zip(lines, ranks))
     out = out[:MAX_EXCERPT_LINES]
     texts = [normalize(l.text.encode()).text for l in out]
-    pkgs: list[str] = []
-    for t in texts:
-        m = _FRAME_RE.search(t)
-        if m:
-            pm = None
-            for pm in _PKG_IN_PATH.finditer(m.group("path")):
-                pass
-            if pm and pm.group("pkg") not in pkgs:
-                pkgs.append(pm.group("pkg"))
     has_tb = any(_TRACEBACK_RE.search(t) for t in texts)
     # The error is the exception line that closes the first traceback, else the first error line.
     idx = None

@@ -382,3 +382,35 @@ def test_one_log_per_rank(tmp_path: Path) -> None:
     body = build_issue(target="deepspeed", report=None, logs=[str(r0), str(r1), str(r2)], excerpt=ex).body
     assert "The same error is also the first error in: `rank1.log`" in body
     assert "`rank2.log` line 4: `torch.distributed.DistBackendError" in body
+
+
+RICH_TB = """\
+╭───────────────────── Traceback (most recent call last) ──────────────────────╮
+│ /home/user/starcoder/finetune/finetune.py:322 in <module>                    │
+│                                                                              │
+│ ❱ 322 │   main(args)                                                         │
+│                                                                              │
+│ {frame}: │
+│ 891 in _batch_assertion                                                      │
+│                                                                              │
+│ ❱  891 │   │   │   f"Check batch related parameters. train_batch_si          │
+╰──────────────────────────────────────────────────────────────────────────────╯
+AssertionError: Check batch related parameters. train_batch_size is not
+equal to micro_batch_per_gpu * gradient_acc_step * world_size 64 != 4 *
+8 * 1
+"""
+
+
+@pytest.mark.parametrize(("frame", "hint"), [
+    ("/opt/conda/lib/python3.7/site-packages/deepspeed/runtime/config.py", False),
+    ("/opt/conda/lib/python3.7/site-packages/transformers/trainer.py", True),
+])
+def test_rich_traceback_frames_count(tmp_path: Path, frame: str, hint: bool) -> None:
+    # Box-drawn rich tracebacks (format of the real starcoder log in shared/real_logs).
+    log = tmp_path / "rich.log"
+    log.write_text(RICH_TB.format(frame=frame))
+    ex = first_error_excerpt([str(log)])
+    assert ex.traceback_complete and ex.error.startswith("AssertionError: Check batch")
+    assert ("deepspeed" in ex.frame_packages) is (not hint)
+    body = build_issue(target="deepspeed", report=None, logs=[str(log)], excerpt=ex).body
+    assert ("probably not a DeepSpeed bug" in body) is hint
