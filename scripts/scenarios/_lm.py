@@ -1,0 +1,46 @@
+"""A user's hand-written DeepSpeed training loop for a tiny GPT-2 causal LM (shared by scenarios)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TINY_GPT2 = {
+    "vocab_size": 128,
+    "n_positions": 64,
+    "n_embd": 64,
+    "n_layer": 2,
+    "n_head": 2,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+}
+
+
+def lm_batches(rank: int, batch: int = 8, seq: int = 32):
+    """Endless learnable synthetic token batches (noisy arithmetic sequences), BOS first."""
+    import torch
+
+    g = torch.Generator().manual_seed(1000 + rank)
+    while True:
+        start = torch.randint(1, 128, (batch, 1), generator=g)
+        step = torch.randint(1, 4, (batch, 1), generator=g)
+        ids = (start + step * torch.arange(seq - 1)) % 127 + 1
+        yield torch.cat([torch.zeros(batch, 1, dtype=torch.long), ids], dim=1)  # token 0 = BOS
+
+
+def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1) -> None:
+    """deepspeed.initialize + the usual forward/backward/step loop; rank 0 prints the loss."""
+    import torch
+
+    import deepspeed
+
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                           config=ds_config)
+    rank = torch.distributed.get_rank()
+    batches = lm_batches(rank)
+    for step in range(1, steps + 1):
+        ids = next(batches)
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+        if rank == 0 and step % print_every == 0:
+            print(f"step {step}/{steps}: loss = {loss.item():.4f}", flush=True)
