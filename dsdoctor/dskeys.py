@@ -119,6 +119,86 @@ class KeyTable:
                 out.append(UnknownKey(path, key, section, self.suggest(key, section), rejected, reason))
         return out
 
+    def check_values(self, data: dict[str, Any]) -> list["BadValue"]:
+        """Values the release's pydantic sections refuse, in section order."""
+        out: list[BadValue] = []
+        for section in sorted(self.sections, key=lambda s: (s.count("."), s)):
+            cons = self.sections[section].get("constraints")
+            value = _get(data, section)
+            if not cons or not isinstance(value, dict):
+                continue
+            for key, item in value.items():
+                rule = cons.get(key)
+                if rule is None:
+                    continue
+                why = value_problem(item, rule)
+                if why:
+                    out.append(BadValue(f"{section}.{key}", item, why))
+        return out
+
+
+@dataclass(frozen=True)
+class BadValue:
+    """A value the release's config model refuses (wrong type, out of range, not a choice)."""
+
+    path: str
+    value: Any
+    reason: str
+
+
+_BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
+
+
+def _as_number(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
+    """Why pydantic (lax mode, as DeepSpeed uses it) would refuse ``value``, or None."""
+    if value == "auto" or value is None:
+        return None  # "auto" is dropped before validation; null means "default" for Optionals
+    if "choices" in rule:
+        choices = rule["choices"]
+        v = value
+        if isinstance(value, str) and all(isinstance(c, int) for c in choices):
+            n = _as_number(value)
+            v = int(n) if n is not None and n.is_integer() else value
+        if isinstance(v, bool) or v not in choices:
+            return f"must be one of {', '.join(json.dumps(c) for c in choices)}"
+        return None
+    typ = rule.get("type")
+    if typ == "bool":
+        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            return None
+        if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
+            return None
+        return "must be true or false"
+    n = _as_number(value)
+    if typ in ("int", "float"):
+        if n is None:
+            return f"must be a number ({typ})"
+        if typ == "int" and not n.is_integer():
+            return "must be a whole number"
+    if n is not None:
+        for bound, word in (("gt", "greater than"), ("ge", "at least"),
+                            ("lt", "less than"), ("le", "at most")):
+            if bound not in rule:
+                continue
+            b = rule[bound]
+            ok = {"gt": n > b, "ge": n >= b, "lt": n < b, "le": n <= b}[bound]
+            if not ok:
+                return f"must be {word} {b}"
+    return None
+
 
 def _get(data: dict[str, Any], dotted: str) -> Any:
     cur: Any = data

@@ -170,6 +170,11 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
             # Renaming a typo inside its own section cannot make a working run worse: the typo
             # is either refused (the run does not start) or ignored (the default is used).
             change = {"op": "rename", "path": u.path, "new_path": u.suggestion, "old": value}
+        if (u.section in ("bf16", "bfloat16") and not u.suggestion
+                and u.key in table.section_keys("fp16")):
+            mean = (" It is an fp16 setting: bf16 has fp32's exponent range and needs no loss "
+                    "scaling, so it does nothing here.")
+            change = {"op": "delete", "path": u.path, "old": value}
         if rejected:
             msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason}."
                    f"{mean} ({story}.)")
@@ -193,6 +198,23 @@ def unknown_keys_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:
 def unknown_keys_rejected(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Unknown or removed keys the target release refuses (error: the run does not start)."""
     yield from _unknown(ctx, rejected=True)
+
+
+# ------------------------------------------------------------------ DS319 values refused
+
+def values_rejected(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """Values the target release's config models refuse (type, range, choices)."""
+    doc = _lintable(ctx)
+    if doc is None:
+        return
+    table = dskeys.table_for(ctx.ds_version)
+    for bad in table.check_values(doc.data):
+        hint = ' (or "auto" under the Trainer)' if ctx.uses_trainer else ""
+        yield _finding(
+            f"{bad.path} is {_show(bad.value)}: DeepSpeed {table.release} refuses it at "
+            f"deepspeed.initialize ({bad.reason}; pydantic ValidationError).",
+            path=bad.path,
+            fix=f"set {bad.path} to a value that {bad.reason.replace('must be', 'is', 1)}{hint}")
 
 
 # ---------------------------------------------------------------- DS304-DS307 stage / offload

@@ -93,6 +93,32 @@ def _model_fields(model: Any) -> tuple[list[str], dict[str, str], dict[str, str]
     return sorted(set(keys)), aliases, deprecated
 
 
+def _constraints(model: Any) -> dict[str, dict[str, Any]]:
+    """Value rules pydantic enforces per key: type (bool/int/float), bounds, enum choices."""
+    import enum
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        args = [a for a in get_args(ann) if a is not type(None)] if get_origin(ann) is not None else [ann]
+        if len(args) != 1:
+            continue
+        t = args[0]
+        rule: dict[str, Any] = {}
+        if inspect.isclass(t) and issubclass(t, enum.Enum):
+            rule["choices"] = [m.value for m in t]
+        elif t in (bool, int, float):
+            rule["type"] = t.__name__
+        for m in info.metadata:
+            for bound in ("gt", "ge", "lt", "le"):
+                if getattr(m, bound, None) is not None:
+                    rule[bound] = getattr(m, bound)
+        if rule:
+            for key in {name, info.alias or name}:
+                out[key] = rule
+    return out
+
+
 def _submodels(model: Any) -> dict[str, Any]:
     """Fields of a pydantic model whose type is itself a DeepSpeedConfigModel (nested sections)."""
     from deepspeed.runtime.config_utils import DeepSpeedConfigModel
@@ -256,6 +282,9 @@ def build_table() -> dict[str, Any]:
     for path, model in sorted(_pydantic_sections().items()):
         keys, aliases, deprecated = _model_fields(model)
         sections[path] = {"keys": keys, "strict": True, "model": f"{model.__module__}.{model.__name__}"}
+        cons = _constraints(model)
+        if cons:
+            sections[path]["constraints"] = cons
         if aliases:
             sections[path]["aliases"] = aliases
         if deprecated:

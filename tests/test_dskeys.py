@@ -111,7 +111,18 @@ def test_behaviour_claims_hold_on_installed_deepspeed(ds_python: str) -> None:
         "batch_string": {"train_batch_size": 8, "gradient_accumulation_steps": "8"},
         "fp16_and_bf16": {"train_batch_size": 8, "fp16": {"enabled": True}, "bf16": {"enabled": True}},
         "batch_mismatch": {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2},
+        "bf16_with_fp16_keys": {"train_batch_size": 8, "bf16": {"enabled": True, "loss_scale": 0}},
     }
+    # DS319's value rules: each value dsdoctor's table accepts/refuses, DeepSpeed must too.
+    table = dskeys.table_for("0.19.8")
+    values = {"device_upper": {"stage": 3, "offload_param": {"device": "CPU"}},
+              "bool_yes": {"stage": 2, "overlap_comm": "yes"},
+              "fractional_int": {"stage": 3, "stage3_max_live_parameters": 1500.5},
+              "float_int": {"stage": 3, "sub_group_size": 1e9},
+              "stage5": {"stage": 5}, "stage_str": {"stage": "2"},
+              "bucket0": {"stage": 3, "reduce_bucket_size": 0}}
+    for name, z in values.items():
+        cases["value_" + name] = {"train_batch_size": 8, "zero_optimization": z}
     r = subprocess.run([ds_python, "-c", PROBE], input=json.dumps(cases), capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -128,6 +139,10 @@ def test_behaviour_claims_hold_on_installed_deepspeed(ds_python: str) -> None:
     assert got["batch_string"]["error"] == "TypeError"
     assert "cannot be simultaneously enabled" in got["fp16_and_bf16"]["msg"]
     assert "10 != 4 * 2 * 1" in got["batch_mismatch"]["msg"]
+    assert "Extra inputs" in got["bf16_with_fp16_keys"]["msg"]
+    for name, z in values.items():
+        predicted_ok = not table.check_values({"zero_optimization": z})
+        assert got["value_" + name]["ok"] == predicted_ok, (name, got["value_" + name])
 
 
 @pytest.mark.deepspeed
