@@ -95,7 +95,7 @@ class KeyTable:
         for key, value in data.items():
             if key in self.removed_top_level:
                 out.append(UnknownKey(key, key, "", None, True, self.removed_top_level[key]))
-            elif key not in self.top_level:
+            elif key not in self.top_level and not is_comment_key(key):
                 out.append(UnknownKey(key, key, "", self.suggest(key, ""), False,
                                       f"DeepSpeed {self.release} ignores unknown top-level keys"))
         for section in sorted(self.sections, key=lambda s: (s.count("."), s)):
@@ -112,6 +112,8 @@ class KeyTable:
                     continue
                 # pydantic sections drop "auto" before validating: an unknown "auto" key is ignored
                 rejected = strict and item != "auto"
+                if not rejected and is_comment_key(key):
+                    continue  # "_comment": a note for people, harmless where it is ignored
                 if rejected:
                     reason = f"DeepSpeed {self.release} refuses unknown keys in '{section}' (Extra inputs are not permitted)"
                 else:
@@ -198,6 +200,11 @@ def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
             if not ok:
                 return f"must be {word} {b}"
     return None
+
+
+def is_comment_key(key: str) -> bool:
+    """``_comment``, ``__doc``, ``comment``: a note for people, not a misspelled setting."""
+    return key.startswith("_") or key.lower() in ("comment", "comments", "note", "notes", "//")
 
 
 def _get(data: dict[str, Any], dotted: str) -> Any:

@@ -35,6 +35,14 @@ def test_tables_exist_for_three_releases() -> None:
     assert "overlap_comm" in old.section_keys("zero_optimization")
 
 
+def test_comment_keys_are_not_typos() -> None:
+    t = dskeys.table_for("0.19.8")
+    assert t.check({"_comment": "see README", "optimizer": {"params": {"_note": 1}}}) == []
+    # ... but a strict section still refuses them, so they are reported there
+    (u,) = t.check({"zero_optimization": {"_comment": "x"}})
+    assert u.rejected and u.path == "zero_optimization._comment"
+
+
 def test_release_selection() -> None:
     assert dskeys.table_for("0.19.8").release == "0.19.8"
     assert dskeys.table_for("0.16.2").release == "0.14.4"
