@@ -99,7 +99,8 @@ def generate(out: Path) -> c.Outcome:
     log = c.read_log(out, "train.log")
     c.require("cannot decrease scale anymore" in log, "the run did not reach the minimum loss scale")
     c.require(run.returncode != 0, "the launcher exited 0")
-    c.write_expected(out, symptoms=["fp16-overflow", "loss-scale-collapse"], rules=["DS102"],
+    c.write_expected(out, symptoms=["fp16-overflow", "loss-scale-collapse", "nan-loss"],
+                     rules=["DS102"],
                      must_not=["gpu-oom", "cpu-oom", "hang", "op-build-failure"])
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "fp16 loss-scale collapse to the minimum, run exits", f"""
@@ -112,7 +113,7 @@ DeepSpeed's `DynamicLossScaler` skips each step and halves the scale (hysteresis
 to `min_loss_scale` 1, then raises `Current loss scale already at minimum - cannot decrease scale
 anymore. Exiting run.` on both ranks; the `deepspeed` launcher kills the ranks and reports the exit.
 
-A correct analysis reports `fp16-overflow` and `loss-scale-collapse` symptoms and the DS102
+A correct analysis reports `fp16-overflow`, `loss-scale-collapse` and `nan-loss` (the `loss nan` prints) symptoms and the DS102
 (loss-scale-collapse) finding; nothing about GPU/CPU memory or hangs.
 
 ## What was patched
