@@ -18,9 +18,46 @@ from dsdoctor.redact import Redactor
 KEY_PACKAGES = ("torch", "deepspeed", "transformers", "accelerate")
 
 
-def human_bytes(n: int | None) -> str:
+def _d(x: Any) -> dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+def _l(x: Any) -> list[Any]:
+    return x if isinstance(x, list) else []
+
+
+def shape(snap: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot with every section in the shape the renderers read.
+
+    A snapshot file comes from another machine or another dsdoctor version, or is hand-written:
+    load_snapshot validates what the rules read; this makes the rest safe to render.
+    """
+    s = dict(snap)
+    for k in ("python", "os", "cpu", "cuda", "nvml", "interconnect", "packages", "env_vars"):
+        s[k] = _d(s.get(k))
+    s["gpus"] = [g for g in _l(s.get("gpus")) if isinstance(g, dict)]
+    ops = s.get("deepspeed_ops")
+    if isinstance(ops, dict):
+        ops = dict(ops)
+        ops["compiled_with"] = _d(ops.get("compiled_with"))
+        ops["ops"] = {str(k): v for k, v in _d(ops.get("ops")).items() if isinstance(v, dict)}
+        ops["warnings"] = [str(w) for w in _l(ops.get("warnings"))]
+        s["deepspeed_ops"] = ops
+    else:
+        s["deepspeed_ops"] = None
+    if s["interconnect"]:
+        ic = dict(s["interconnect"])
+        ic["infiniband"] = [p for p in _l(ic.get("infiniband")) if isinstance(p, dict)]
+        ic["net_interfaces"] = [str(x) for x in _l(ic.get("net_interfaces"))]
+        s["interconnect"] = ic
+    s["notes"] = [str(n) for n in _l(s.get("notes"))]
+    s["errors"] = [e for e in _l(s.get("errors")) if isinstance(e, dict)]
+    return s
+
+
+def human_bytes(n: Any) -> str:
     """1.5 GiB style; "?" when unknown."""
-    if n is None:
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
         return "?"
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -32,7 +69,7 @@ def human_bytes(n: int | None) -> str:
 
 def gpu_summary(snap: dict[str, Any]) -> str:
     """'2 x NVIDIA A100-SXM4-80GB (80.0 GiB, cc 8.0, bf16 yes)', grouped by identical GPUs."""
-    gpus = snap.get("gpus") or []
+    gpus = shape(snap)["gpus"]
     if not gpus:
         return "none visible"
     groups: Counter[str] = Counter()
@@ -49,10 +86,12 @@ def gpu_summary(snap: dict[str, Any]) -> str:
 
 def interconnect_summary(snap: dict[str, Any]) -> str:
     """NVLink links per GPU, InfiniBand/RoCE ports and their rates, network interfaces."""
+    snap = shape(snap)
     bits = []
-    links = [g.get("nvlink_active_links") for g in snap.get("gpus") or []]
+    links = [g.get("nvlink_active_links") for g in snap["gpus"]]
+    links = [l for l in links if isinstance(l, int) and not isinstance(l, bool)]
     if any(links):
-        bits.append(f"NVLink: {max(l or 0 for l in links)} active links per GPU")
+        bits.append(f"NVLink: {max(links)} active links per GPU")
     elif links and all(l == 0 for l in links):
         bits.append("no active NVLink (PCIe)")
     ic = snap.get("interconnect") or {}
@@ -68,7 +107,7 @@ def interconnect_summary(snap: dict[str, Any]) -> str:
 
 
 def _os_line(o: dict[str, Any]) -> str:
-    bits = [o.get("distribution") or o.get("system") or "?"]
+    bits = [str(o.get("distribution") or o.get("system") or "?")]
     if o.get("release"):
         bits.append(f"kernel {o['release']}")
     if o.get("machine"):
@@ -77,11 +116,12 @@ def _os_line(o: dict[str, Any]) -> str:
         bits.append(o["libc"])
     if o.get("container"):
         bits.append(f"container: {o['container']}")
-    return ", ".join(bits)
+    return ", ".join(str(b) for b in bits)
 
 
 def _cuda_line(snap: dict[str, Any]) -> str:
-    c = snap.get("cuda") or {}
+    snap = shape(snap)
+    c = snap["cuda"]
     bits = []
     if c.get("torch_cuda") or c.get("torch_hip"):
         bits.append(f"torch built with CUDA {c['torch_cuda']}" if c.get("torch_cuda")
@@ -104,7 +144,8 @@ def _cuda_line(snap: dict[str, Any]) -> str:
 
 def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows shared by the text and Markdown renderers."""
-    py = snap.get("python") or {}
+    snap = shape(snap)
+    py = snap["python"]
     cpu = snap.get("cpu") or {}
     nvml = snap.get("nvml") or {}
     mem = f"{human_bytes(cpu.get('ram_total_bytes'))} total, " \
@@ -119,8 +160,8 @@ def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
         ("dsdoctor", str(snap.get("dsdoctor_version", "?"))),
         ("Python", f"{py.get('version', '?')} ({py.get('implementation', '?')}"
                    f"{', virtualenv' if py.get('virtualenv') else ''}"
-                   f"{', conda ' + py['conda_env'] if py.get('conda_env') else ''})"),
-        ("OS", _os_line(snap.get("os") or {})),
+                   f"{', conda ' + str(py['conda_env']) if py.get('conda_env') else ''})"),
+        ("OS", _os_line(snap["os"])),
         ("CPU", f"{cpu.get('model') or '?'}, {cpu.get('count', '?')} logical cores"),
         ("RAM", mem),
         ("GPUs", gpu_summary(snap)),
@@ -154,11 +195,13 @@ def fence(text: str, lang: str = "") -> str:
 
 def render_markdown(snap: dict[str, Any], heading: str = "###") -> str:
     """The snapshot as Markdown to paste into an issue (tables; env vars in a code block)."""
+    snap = shape(snap)
     out = [f"{heading} Environment (`dsdoctor env`)", "", "| | |", "| --- | --- |"]
     out += [f"| {k} | {_md_escape(v)} |" for k, v in summary_rows(snap)]
     pk = snap.get("packages") or {}
     out += ["", "| package | version |", "| --- | --- |"]
-    out += [f"| {name} | {ver if ver else 'not installed'} |" for name, ver in pk.items()]
+    out += [f"| {_md_escape(str(name))} | {_md_escape(str(ver)) if ver else 'not installed'} |"
+            for name, ver in pk.items()]
     ops = snap.get("deepspeed_ops")
     if ops:
         cw = ops.get("compiled_with") or {}
@@ -182,7 +225,9 @@ def render_markdown(snap: dict[str, Any], heading: str = "###") -> str:
 
 def render_text(snap: dict[str, Any], file: Any = None) -> None:
     """Rich tables for a terminal."""
+    snap = shape(snap)
     from rich.console import Console
+    from rich.markup import escape as esc
     from rich.table import Table
 
     console = Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
@@ -190,37 +235,37 @@ def render_text(snap: dict[str, Any], file: Any = None) -> None:
     t.add_column(style="bold")
     t.add_column()
     for k, v in summary_rows(snap):
-        t.add_row(k, v)
+        t.add_row(esc(k), esc(v))
     console.print(t)
     pt = Table(title="packages", title_justify="left")
     pt.add_column("package")
     pt.add_column("version")
     for name, ver in (snap.get("packages") or {}).items():
-        pt.add_row(name, ver or "[dim]not installed[/dim]")
+        pt.add_row(esc(str(name)), esc(str(ver)) if ver else "[dim]not installed[/dim]")
     console.print(pt)
     ops = snap.get("deepspeed_ops")
     if ops:
-        ot = Table(title=f"DeepSpeed {ops.get('version', '?')} ops (accelerator {ops.get('accelerator')})",
+        ot = Table(title=esc(f"DeepSpeed {ops.get('version', '?')} ops (accelerator {ops.get('accelerator')})"),
                    title_justify="left")
         for col in ("op name", "installed", "compatible"):
             ot.add_column(col)
         for row in _ops_rows(ops):
-            ot.add_row(*row)
+            ot.add_row(*(esc(str(c)) for c in row))
         console.print(ot)
         for w in ops.get("warnings") or []:
-            console.print(f"[yellow]{w}[/yellow]", markup=True)
+            console.print(f"[yellow]{esc(w)}[/yellow]")
     env = snap.get("env_vars") or {}
     if env:
         et = Table(title="environment variables (secrets redacted)", title_justify="left")
         et.add_column("name")
         et.add_column("value", overflow="fold")
         for k, v in env.items():
-            et.add_row(k, v)
+            et.add_row(esc(str(k)), esc(str(v)))
         console.print(et)
     for n in snap.get("notes") or []:
         console.print(f"note: {n}", markup=False)
     for e in snap.get("errors") or []:
-        console.print(f"[red]probe {e.get('probe')} failed:[/red] {e.get('error')}")
+        console.print(f"[red]probe {esc(str(e.get('probe')))} failed:[/red] {esc(str(e.get('error')))}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -532,6 +532,22 @@ def validate_snapshot(data: Any, where: str = "snapshot") -> dict[str, Any]:
         cc = g.get("compute_capability")
         if cc is not None and not (isinstance(cc, str) and re.fullmatch(r"\d+\.\d+", cc)):
             raise UsageError(f"{where}: gpus[{i}].compute_capability must look like \"8.0\", got {cc!r}")
+    # Optional sections: absent or null is fine, the wrong shape is not (renderers rely on it).
+    for key, typ, what in (("python", dict, "an object"), ("os", dict, "an object"),
+                           ("cuda", dict, "an object"), ("nvml", dict, "an object"),
+                           ("interconnect", dict, "an object"), ("deepspeed_ops", dict, "an object"),
+                           ("env_vars", dict, "an object"), ("notes", list, "a list"),
+                           ("errors", list, "a list")):
+        if data.get(key) is not None and not isinstance(data[key], typ):
+            raise UsageError(f"{where}: '{key}' must be {what}; {fix}")
+    if any(not isinstance(v, (str, int, float)) for v in (data.get("env_vars") or {}).values()):
+        raise UsageError(f"{where}: env_vars values must be strings; {fix}")
+    if any(not isinstance(e, dict) for e in data.get("errors") or []):
+        raise UsageError(f"{where}: errors must be a list of objects; {fix}")
+    ops = data.get("deepspeed_ops") or {}
+    if ops.get("ops") is not None and not (isinstance(ops["ops"], dict)
+                                           and all(isinstance(o, dict) for o in ops["ops"].values())):
+        raise UsageError(f"{where}: deepspeed_ops.ops must map op names to objects; {fix}")
     pk = data.get("packages", {})
     if not isinstance(pk, dict):
         raise UsageError(f"{where}: 'packages' must be an object of name -> version or null")

@@ -672,7 +672,9 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     red = redactor or Redactor()
     repo, style, prefix = TARGETS[target]
     if env is not None:
-        env = red.obj(env)
+        from dsdoctor.cmd_env import shape
+
+        env = shape(red.obj(env))
     title = _title(report, excerpt, prefix)
     desc = _description(report, excerpt, env, configs, launch)
     findings = _findings_md(report)

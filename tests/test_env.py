@@ -234,6 +234,10 @@ def test_load_snapshot_accepts_the_minimal_keys(tmp_path: Path) -> None:
         (b'{"packages": {"torch": 2.1}}', "packages.torch must be a version string"),
         (b'{"schema_version": 99, "cpu": {}}', "unsupported schema_version"),
         (b"\xff\xfe\x00garbage", "not UTF-8"),
+        (b'{"cpu": {}, "env_vars": ["HF_TOKEN=x"]}', "'env_vars' must be an object"),
+        (b'{"cpu": {}, "os": "linux"}', "'os' must be an object"),
+        (b'{"cpu": {}, "errors": ["boom"]}', "errors must be a list of objects"),
+        (b'{"cpu": {}, "deepspeed_ops": {"ops": {"cpu_adam": true}}}', "deepspeed_ops.ops"),
     ],
 )
 def test_load_snapshot_rejects_bad_files(tmp_path: Path, content: bytes, message: str) -> None:
@@ -276,3 +280,48 @@ def test_real_deepspeed_op_report(ds_python: str) -> None:
     assert snap["cuda"]["torch_cuda_available"] is not None  # the torch probe ran
     assert snap["env_vars"]["HF_TOKEN"] == REDACTED
     assert snap["errors"] == []
+
+
+def test_any_accepted_snapshot_renders(tmp_path: Path) -> None:
+    """Whatever load_snapshot accepts, the Markdown/text renderers and the issue body handle."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from dsdoctor.cmd_env import render_text
+    from dsdoctor.report_issue import build_issue
+
+    scalars = st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False) \
+        | st.text(alphabet="ab[]/|`*\n:", max_size=8)
+    json_vals = st.recursive(scalars, lambda c: st.lists(c, max_size=3)
+                             | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8)
+    # Each section: a mapping of the keys the renderers read (any values), or any JSON value.
+    fields = ["count", "model", "version", "compiled_with", "ops", "warnings", "infiniband",
+              "net_interfaces", "container", "torch_cuda", "driver", "distribution", "release",
+              "conda_env", "swap_total_bytes", "shm_total_bytes", "cgroup_memory_limit_bytes",
+              "nvcc_version", "accelerator", "ninja"]
+    section = st.dictionaries(st.sampled_from(fields), json_vals, max_size=6) | json_vals
+    gpu = st.dictionaries(st.sampled_from(["name", "bf16_supported", "nvlink_active_links", "index"]),
+                          json_vals, max_size=4)
+    snaps = st.fixed_dictionaries(
+        {"cpu": st.dictionaries(st.sampled_from(fields), json_vals, max_size=4).map(
+            lambda d: {k: v for k, v in d.items() if k != "count"})},
+        optional={"python": section, "os": section, "cuda": section, "nvml": section,
+                  "interconnect": section, "deepspeed_ops": section, "gpus": st.lists(gpu, max_size=2),
+                  "packages": st.dictionaries(st.text(max_size=5), st.none() | st.text(max_size=5), max_size=3),
+                  "env_vars": st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+                  "notes": json_vals, "errors": json_vals})
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(snaps)
+    def check(snap: dict) -> None:
+        try:
+            envinfo.validate_snapshot(snap)
+        except UsageError:
+            return
+        import io
+
+        render_markdown(snap)
+        render_text(snap, file=io.StringIO())
+        build_issue(target="deepspeed", report=None, logs=[], env=snap)
+
+    check()
