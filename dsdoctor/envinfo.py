@@ -421,11 +421,12 @@ def relevant_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return Redactor().env(dict(sorted(picked.items())))
 
 
-def collect(*, ops: bool = True, python: str | None = None, timeout: float = _ENV_PROBE_TIMEOUT,
+def collect(*, ops: bool = False, python: str | None = None, timeout: float = _ENV_PROBE_TIMEOUT,
             environ: Mapping[str, str] | None = None, nvml: Any = None) -> dict[str, Any]:
     """Collect the whole snapshot. Never raises for a failing probe: see ``errors``.
 
-    ``ops=False`` skips DeepSpeed's op report (the slowest probe). ``python`` is the interpreter
+    ``ops=True`` adds DeepSpeed's op report (the slowest probe, ~2 s; ``dsdoctor env`` turns it
+    on, ``--env local`` leaves it off). ``python`` is the interpreter
     used for the torch/DeepSpeed child probes (default: this one, whose packages we report).
     """
     python = python or sys.executable
