@@ -131,9 +131,12 @@ class Context:
         return default if value is _MISSING else value
 
     def gpu_memory_bytes(self) -> int | None:
-        """Smallest GPU memory of the env snapshot (the one that OOMs first), or None."""
+        """Smallest GPU memory (the GPU that OOMs first): env snapshot, else the log, else None."""
         sizes = [g.get("memory_total_bytes") for g in (self.env_get("gpus") or [])
                  if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
+        if not sizes and self.log_facts is not None:
+            sizes = [g.get("total_bytes") for g in getattr(self.log_facts, "gpus", None) or []
+                     if isinstance(g, dict) and isinstance(g.get("total_bytes"), (int, float))]
         return int(min(sizes)) if sizes else None
 
     def missing(self, rule: str, fact: str, flag: str) -> None:
@@ -299,9 +302,14 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
         if isinstance(ds_log, dict) and ds_log:
             ctx.ds_from_log = ds_log
             if ctx.ds is None:
-                ctx.ds = ConfigDoc("<log: engine config>", "deepspeed", ds_log)
+                # A config rebuilt from the engine's attribute dump has names dsdoctor chose:
+                # mark it synthesized so key-name lints (DS302/303/319) leave it alone. The
+                # user's own JSON block printed by the engine is linted like a file.
+                rebuilt = getattr(lf, "ds_config_source", None) != "json"
+                ctx.ds = ConfigDoc("<log: DeepSpeed config>", "deepspeed", ds_log, synthesized=rebuilt)
                 ctx.ds_source = "log"
-                ctx.notes.append("no --config: linted the DeepSpeed config the engine printed in the log")
+                ctx.notes.append("no --config: checked the DeepSpeed config the engine printed in "
+                                 "the log")
         ws = getattr(lf, "world_size", None)
         if isinstance(ws, int) and ws > 0:
             ctx.world_size, ctx.world_size_source = ws, "log"
@@ -319,8 +327,8 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     if explicit:
         ctx.trainer_args.update(_coerce_trainer_args(explicit))
         ctx.uses_trainer = True
-    elif ctx.trainer_args and ctx.uses_trainer is None:
-        ctx.uses_trainer = True
+    # Arguments on a command line are not proof of the Trainer: DeepSpeed-Chat and many scripts
+    # take --per_device_train_batch_size too and call deepspeed.initialize themselves.
 
     # Environment snapshot.
     env_spec = getattr(args, "env", None)
@@ -372,6 +380,8 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     else:
         env_v = _version_of(ctx.env_get("packages.deepspeed"))
         log_v = _log_ds_version(ctx.facts)
+        if ctx.log_facts is not None and hasattr(ctx.log_facts, "version"):
+            log_v = _version_of(ctx.log_facts.version("deepspeed")) or log_v
         if env_v:
             ctx.ds_version, ctx.ds_version_source = env_v, "env"
         elif log_v:

@@ -617,10 +617,7 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
             return
     need = 4.5 * 2 * (sizes["allgather_bucket_size"] + sizes["reduce_bucket_size"])
     gpu = ctx.gpu_memory_bytes()
-    source = "--env"
-    if gpu is None:
-        gpu = getattr(ctx.log_facts, "gpu_memory_bytes", None) if ctx.log_facts is not None else None
-        source = "the log"
+    source = "--env" if ctx.env_get("gpus") else "the log"
     if not gpu:
         ctx.missing(rule.code, "the overlap_comm buckets against GPU memory", "--env")
         return
@@ -864,3 +861,47 @@ def numbers_as_strings(ctx: Context, rule: Any) -> Iterator[Finding]:
             path=key, severity=sev, fix=f"write {key}: {_show(new)} (no quotes)",
             change={"op": "set", "path": key, "old": v, "new": new})
 
+
+
+# ------------------------------------------------------------ DS320 --config vs the log's config
+
+def _leaves(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, data
+
+
+def config_differs_from_log(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """The config given with --config is not the one the logged run used."""
+    if ctx.ds is None or ctx.ds_source not in ("config", "accelerate") or not ctx.ds_from_log:
+        return
+    lf = ctx.log_facts
+    ev_map = getattr(lf, "evidence", None) or {}
+    evidence = tuple(e for e in (ev_map.get("ds-config-json") or ev_map.get("engine-config"),) if e)
+    where = ("the user config the engine printed (json = {...})"
+             if getattr(lf, "ds_config_source", None) == "json"
+             else "the engine's printed configuration")
+    diffs: list[tuple[str, Any, Any]] = []
+    for path, mine in _leaves(ctx.ds.data):
+        if mine == "auto" or isinstance(mine, (dict, list)) and not mine:
+            continue
+        from dsdoctor.configfile import lookup
+
+        missing = object()
+        theirs = lookup(ctx.ds_from_log, path, missing)
+        if theirs is missing or theirs == "auto":
+            continue
+        if _same(mine, theirs) or (_numlike(mine) is not None and _numlike(theirs) is not None
+                                   and math.isclose(_numlike(mine), _numlike(theirs))):
+            continue
+        diffs.append((path, mine, theirs))
+    for path, mine, theirs in diffs[:10]:
+        yield _finding(
+            f"{path} is {_show(mine)} in {ctx.ds.path}, but the run in the log used "
+            f"{_show(theirs)} ({where}): the log was not produced with this config, or the config "
+            f"changed since. Findings that combine the two may not apply.",
+            path=path, evidence=evidence,
+            fix=f"give the config the logged run really used, or rerun with this one "
+                f"({path}: {_show(theirs)} in the log)")
