@@ -485,7 +485,7 @@ def collect(*, ops: bool = False, python: str | None = None, timeout: float = _E
                                         lambda: _finish_probe(ds_proc, "DeepSpeed op report", timeout),
                                         None)
     elif has_ds and not ops:
-        notes.append("DeepSpeed op report skipped (--no-ops)")
+        notes.append("DeepSpeed op report not collected (`dsdoctor env` collects it unless --no-ops)")
     snap["env_vars"] = guarded("env_vars", lambda: relevant_env(environ), {})
     snap["notes"] = notes
     snap["errors"] = errors

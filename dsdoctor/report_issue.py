@@ -501,12 +501,17 @@ def _launch_md(lc: LaunchCommand) -> str:
     return "\n".join(out)
 
 
+def _loc(e: Any) -> str:
+    """``file:line`` with the file's base name (the excerpt names the file; paths add noise)."""
+    return f"{Path(e.file).name}:{e.line}"
+
+
 def _findings_md(report: Report | None) -> list[str]:
     if report is None:
         return []
     out: list[str] = []
     for f in report.findings:
-        loc = f" (evidence: {', '.join(e.location for e in f.evidence[:3])})" if f.evidence else ""
+        loc = f" (evidence: {', '.join(_loc(e) for e in f.evidence[:3])})" if f.evidence else ""
         cfg = f" [config `{f.config_path}`]" if f.config_path else ""
         line = f"- **{f.rule} {f.name}** ({f.severity}): {f.title}{cfg}{loc}"
         if f.fix:
@@ -515,7 +520,7 @@ def _findings_md(report: Report | None) -> list[str]:
     if not out:
         for s in report.symptoms:
             ranks = f", ranks {','.join(map(str, s.ranks[:16]))}" if s.ranks else ""
-            out.append(f"- `{s.kind}`: {s.count} occurrence(s), first at {s.first.location}{ranks}: "
+            out.append(f"- `{s.kind}`: {s.count} occurrence(s), first at {_loc(s.first)}{ranks}: "
                        f"`{s.first.text[:200].replace('`', chr(39))}`")
     return out
 
@@ -726,7 +731,7 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
                              + "`) on the training node and paste its output here. "
                              + TODO.format("environment report"))
         repro = "\n\n".join(x for x in [
-            steps, launch_md, cfg_md, desc, "\n".join(diag), hint or "", excerpt_md,
+            steps, desc, "\n".join(diag), hint or "", excerpt_md, launch_md, cfg_md,
             ("Notes:\n" + "\n".join(f"- {n}" for n in notes)) if notes else ""] if x)
         sections = [("### System Info", sysinfo)]
         if target == "transformers":
