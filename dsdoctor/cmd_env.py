@@ -106,7 +106,8 @@ def interconnect_summary(snap: dict[str, Any]) -> str:
     return "; ".join(bits) or "unknown"
 
 
-def _os_line(o: dict[str, Any]) -> str:
+def os_line(o: dict[str, Any]) -> str:
+    """One line: distribution, kernel, machine, libc, container."""
     bits = [str(o.get("distribution") or o.get("system") or "?")]
     if o.get("release"):
         bits.append(f"kernel {o['release']}")
@@ -119,7 +120,8 @@ def _os_line(o: dict[str, Any]) -> str:
     return ", ".join(str(b) for b in bits)
 
 
-def _cuda_line(snap: dict[str, Any]) -> str:
+def cuda_line(snap: dict[str, Any]) -> str:
+    """One line: torch's CUDA/cuDNN/NCCL, nvcc, CUDA_HOME, what the driver supports."""
     snap = shape(snap)
     c = snap["cuda"]
     bits = []
@@ -161,18 +163,19 @@ def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
         ("Python", f"{py.get('version', '?')} ({py.get('implementation', '?')}"
                    f"{', virtualenv' if py.get('virtualenv') else ''}"
                    f"{', conda ' + str(py['conda_env']) if py.get('conda_env') else ''})"),
-        ("OS", _os_line(snap["os"])),
+        ("OS", os_line(snap["os"])),
         ("CPU", f"{cpu.get('model') or '?'}, {cpu.get('count', '?')} logical cores"),
         ("RAM", mem),
         ("GPUs", gpu_summary(snap)),
         ("NVIDIA driver", str(nvml.get("driver") or "not available")),
         ("Interconnect", interconnect_summary(snap)),
-        ("CUDA", _cuda_line(snap)),
+        ("CUDA", cuda_line(snap)),
     ]
     return rows
 
 
-def _ops_rows(ops: dict[str, Any]) -> list[tuple[str, str, str]]:
+def ops_rows(ops: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(op name, installed, compatible) rows of DeepSpeed's op report, as ds_report marks them."""
     def mark(v: Any) -> str:
         return "?" if v is None else ("YES" if v else "NO")
 
@@ -209,7 +212,7 @@ def render_markdown(snap: dict[str, Any], heading: str = "###") -> str:
                 f"{ops.get('accelerator', '?')}, ninja: {'OKAY' if ops.get('ninja') else 'missing'}, "
                 f"wheel compiled with torch {cw.get('version', '?')}, CUDA {cw.get('cuda_version', '?')})",
                 "", "| op name | installed | compatible |", "| --- | --- | --- |"]
-        out += [f"| {a} | {b} | {c} |" for a, b, c in _ops_rows(ops)]
+        out += [f"| {a} | {b} | {c} |" for a, b, c in ops_rows(ops)]
         if ops.get("warnings"):
             out += ["", "<details><summary>op builder warnings</summary>", "",
                     fence("\n".join(ops["warnings"])), "", "</details>"]
@@ -249,7 +252,7 @@ def render_text(snap: dict[str, Any], file: Any = None) -> None:
                    title_justify="left")
         for col in ("op name", "installed", "compatible"):
             ot.add_column(col)
-        for row in _ops_rows(ops):
+        for row in ops_rows(ops):
             ot.add_row(*(esc(str(c)) for c in row))
         console.print(ot)
         for w in ops.get("warnings") or []:

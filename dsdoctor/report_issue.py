@@ -619,7 +619,7 @@ def _system_info_deepspeed(env: dict[str, Any] | None) -> list[str]:
                 f"- Python version: {TODO.format('python --version')}",
                 "- Any other relevant info about your setup: run `dsdoctor env --format markdown` "
                 "on the training node and paste it here, or pass `--env FILE` to `dsdoctor report`."]
-    from dsdoctor.cmd_env import _cuda_line, _os_line, gpu_summary
+    from dsdoctor.cmd_env import cuda_line, os_line, gpu_summary
 
     pk = _pkg_versions(env)
     ev = env.get("env_vars") or {}
@@ -630,14 +630,14 @@ def _system_info_deepspeed(env: dict[str, Any] | None) -> list[str]:
         ic.insert(0, interconnect_summary(env))
     gpus = env.get("gpus") or []
     return [
-        f"- OS: {_os_line(env.get('os') or {})}",
+        f"- OS: {os_line(env.get('os') or {})}",
         f"- GPU count and types: {len(gpus)} x per node: {gpu_summary(env)}" if gpus
         else "- GPU count and types: none visible on the machine where the snapshot was taken",
         f"- Interconnects (if applicable): {', '.join(ic) if ic else TODO.format('e.g. two machines connected with 100 Gbps IB')}",
         f"- Python version: {(env.get('python') or {}).get('version', '?')}",
         "- Any other relevant info about your setup: "
         + ", ".join(f"{n} {v}" for n, v in pk.items() if v)
-        + f"; {_cuda_line(env)}",
+        + f"; {cuda_line(env)}",
     ]
 
 
@@ -646,13 +646,13 @@ def _ds_report_md(env: dict[str, Any] | None) -> str:
     if not ops:
         return ("Please run `ds_report` (or `dsdoctor env --format markdown`, which includes it) on "
                 "the training node and paste the output here. " + TODO.format("paste ds_report output"))
-    from dsdoctor.cmd_env import _ops_rows
+    from dsdoctor.cmd_env import ops_rows
 
     cw = ops.get("compiled_with") or {}
     lines = [f"DeepSpeed {ops.get('version')} (accelerator {ops.get('accelerator')}, ninja "
              f"{'[OKAY]' if ops.get('ninja') else '[FAIL]'}, wheel compiled w. torch {cw.get('version')}, "
              f"cuda {cw.get('cuda_version')})", "op name ................ installed .. compatible"]
-    lines += [f"{a} {'.' * max(2, 23 - len(a))} [{b}] {'.' * 7} [{c}]" for a, b, c in _ops_rows(ops)]
+    lines += [f"{a} {'.' * max(2, 23 - len(a))} [{b}] {'.' * 7} [{c}]" for a, b, c in ops_rows(ops)]
     lines += ops.get("warnings") or []
     return "Collected by `dsdoctor env` (the same probes as `ds_report`):\n\n" + _fence("\n".join(lines))
 
