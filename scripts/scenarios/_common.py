@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -136,7 +137,8 @@ def torchrun_cmd(script: Path, n_ranks: int, script_args: Sequence[str], port: i
 
 
 def run_logged(run: Run, out: Path, *, env: dict[str, str] | None = None, timeout: float = 600,
-               cwd: Path | None = None) -> Run:
+               cwd: Path | None = None,
+               watch: Callable[[subprocess.Popen], None] | None = None) -> Run:
     """Run ``run.argv`` with stdout+stderr going, unmodified, into ``out/run.log_name``.
 
     The launcher's own lines and every rank's lines land in one file in the order the OS delivered
@@ -149,6 +151,8 @@ def run_logged(run: Run, out: Path, *, env: dict[str, str] | None = None, timeou
     with open(log_path, "wb") as fh:
         proc = subprocess.Popen(run.argv, stdout=fh, stderr=subprocess.STDOUT, env=env or launcher_env(),
                                 cwd=str(cwd or out), start_new_session=True)
+        if watch is not None:
+            threading.Thread(target=watch, args=(proc,), daemon=True).start()
         try:
             run.returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -157,6 +161,48 @@ def run_logged(run: Run, out: Path, *, env: dict[str, str] | None = None, timeou
             run.returncode = proc.wait()
     run.seconds = round(time.monotonic() - t0, 1)
     return run
+
+
+class RssWatchdog:
+    """A stand-in for the kernel OOM killer: SIGKILL the largest worker when the node is "full".
+
+    It polls the launcher's descendant processes and, when their summed resident memory passes
+    ``limit_bytes`` (the RAM of the node the env snapshot describes), sends SIGKILL to the one with
+    the most RSS, as the kernel's OOM killer picks its victim by memory use. Like the kernel, it
+    prints nothing into the run's log; the launcher sees the signal as return code -9.
+    """
+
+    def __init__(self, limit_bytes: int, interval: float = 0.05) -> None:
+        self.limit_bytes = limit_bytes
+        self.interval = interval
+        self.peak_bytes = 0
+        self.killed: dict[str, Any] | None = None
+
+    def __call__(self, proc: subprocess.Popen) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(proc.pid)
+        except psutil.NoSuchProcess:
+            return
+        while proc.poll() is None and self.killed is None:
+            procs, total = [], 0
+            for p in root.children(recursive=True):
+                try:
+                    rss = p.memory_info().rss
+                except psutil.Error:
+                    continue
+                procs.append((rss, p))
+                total += rss
+            self.peak_bytes = max(self.peak_bytes, total)
+            if total > self.limit_bytes and procs:
+                rss, victim = max(procs, key=lambda t: t[0])
+                try:
+                    victim.kill()  # SIGKILL, like the OOM killer
+                    self.killed = {"pid": victim.pid, "rss_bytes": rss, "total_rss_bytes": total}
+                except psutil.Error:
+                    pass
+            time.sleep(self.interval)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -176,18 +222,20 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def env_snapshot(*, ram_total_bytes: int, cpu_count: int, gpus: list[dict[str, Any]] | None = None,
-                 note: str = "") -> dict[str, Any]:
-    """An env.json in the shape ``dsdoctor env --format json`` writes (the keys analyze reads)."""
-    snap: dict[str, Any] = {
+def env_snapshot(*, ram_total_bytes: int, cpu_count: int,
+                 gpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An env.json in the shape ``dsdoctor env --format json`` writes (the keys analyze reads).
+
+    The packages are the ones that produced the log; CPU, RAM and GPUs describe the node the run
+    is sized for (the scenario's README says so).
+    """
+    return {
+        "schema_version": 1,
+        "python": {"version": platform.python_version()},
         "cpu": {"count": cpu_count, "ram_total_bytes": ram_total_bytes},
         "gpus": gpus or [],
         "packages": package_versions(),
-        "python": platform.python_version(),
     }
-    if note:
-        snap["_note"] = note
-    return snap
 
 
 def write_expected(out: Path, symptoms: list[str], rules: list[str], must_not: list[str], *,
@@ -277,7 +325,7 @@ def read_log(out: Path, name: str) -> str:
 
 
 __all__ = [
-    "Outcome", "Run", "SAMPLE_LOGS", "SCENARIO_DIR", "deepspeed_cmd", "driver_main", "env_snapshot",
+    "Outcome", "RssWatchdog", "Run", "SAMPLE_LOGS", "SCENARIO_DIR", "deepspeed_cmd", "driver_main", "env_snapshot",
     "free_port", "launcher_env", "package_versions", "patch_cpu_fp16", "read_log", "require",
     "run_logged", "set_deepspeed_log_level", "torchrun_cmd", "worker_args", "write_expected",
     "write_json", "write_readme", "shutil",
