@@ -55,10 +55,12 @@ def run(args: argparse.Namespace) -> int:
             e = min(evs, key=lambda e: (order[e.file], e.line))
             return (e.file, e.line)
 
-        # The error-severity finding's evidence is the error; otherwise the log's first
+        # The error-severity findings' strongest evidence is the error; otherwise the log's first
         # exception-looking line; otherwise the first symptom (collapses print no traceback),
         # overflows last because a few of them are normal.
-        anchor = earliest([e for f in report.findings if f.severity == "error" for e in f.evidence])
+        # evidence[0] is a finding's strongest line (the others may be context, such as the
+        # first of many overflows before a collapse).
+        anchor = earliest([f.evidence[0] for f in report.findings if f.severity == "error" and f.evidence])
         fallback = earliest([e for f in report.findings for e in f.evidence]) or earliest(
             [s.first for s in report.symptoms if s.kind != "fp16-overflow"]) or earliest(
             [s.first for s in report.symptoms])
