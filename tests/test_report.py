@@ -414,3 +414,34 @@ def test_rich_traceback_frames_count(tmp_path: Path, frame: str, hint: bool) -> 
     assert ("deepspeed" in ex.frame_packages) is (not hint)
     body = build_issue(target="deepspeed", report=None, logs=[str(log)], excerpt=ex).body
     assert ("probably not a DeepSpeed bug" in body) is hint
+
+
+def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import dsdoctor.pipeline
+
+    log = write_log(tmp_path)
+    lines = log.read_text().splitlines()
+    strong = next(i for i, t in enumerate(lines, 1) if "Exception: Current loss scale" in t)
+    context = next(i for i, t in enumerate(lines, 1) if "step 17 | loss nan" in t)
+    report = make_report(log)
+    f = report.findings[0]
+    # evidence[0] is the strongest; an earlier context line follows it
+    finding = Finding(**{**{k: getattr(f, k) for k in f.__dataclass_fields__},
+                         "evidence": (Evidence(str(log), strong, DS_EXC, 0), Evidence(str(log), context, "loss nan"))})
+    monkeypatch.setattr(dsdoctor.pipeline, "run_analysis", lambda **kw: Report(files=(), symptoms=(), findings=(finding,)))
+    out = tmp_path / "a.md"
+    assert main(["report", str(log), "-o", str(out)]) == 0
+    body = out.read_text()
+    assert f"(`train.log` line {strong}) is: `{DS_EXC}`" in body
+    assert "**DS102 loss-scale-collapse** (error)" in body
+
+    def broken(**kw):
+        raise KeyError("rule bug")
+
+    monkeypatch.setattr(dsdoctor.pipeline, "run_analysis", broken)
+    assert main(["report", str(log), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: analysis failed (KeyError" in err
+    body = out.read_text()
+    assert "analysis failed" in body and "Log excerpt" in body
