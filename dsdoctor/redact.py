@@ -244,3 +244,31 @@ def redact_text(text: str, *, paths: bool = False, hosts: bool = False) -> str:
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """Convenience: redact environment variables (secrets only)."""
     return Redactor().env(env)
+
+
+def redact_report(report: Any, redactor: Redactor | None = None) -> Any:
+    """A copy of a :class:`dsdoctor.model.Report` with secrets removed from every text it
+    carries: evidence lines, symptom values, findings' messages and fixes, facts, inputs, notes.
+
+    Renderers of ``analyze`` should render ``redact_report(report)`` so that a token printed in
+    the log (``--hub_token hf_...`` in the launcher's ``cmd =`` line) never reaches the output.
+    """
+    from dataclasses import replace
+
+    red = redactor or Redactor()
+
+    def ev(e: Any) -> Any:
+        return replace(e, text=red.text(e.text))
+
+    symptoms = tuple(
+        replace(s, evidence=tuple(ev(e) for e in s.evidence), first=ev(s.first), last=ev(s.last),
+                values=red.obj(s.values))
+        for s in report.symptoms)
+    findings = tuple(
+        replace(f, title=red.text(f.title), message=red.text(f.message), fix=red.text(f.fix),
+                evidence=tuple(ev(e) for e in f.evidence),
+                fix_change=red.obj(f.fix_change) if f.fix_change is not None else None)
+        for f in report.findings)
+    facts = tuple(replace(f, values=red.obj(f.values), evidence=ev(f.evidence)) for f in report.facts)
+    return replace(report, symptoms=symptoms, findings=findings, facts=facts,
+                   inputs=red.obj(report.inputs), notes=tuple(red.text(n) for n in report.notes))

@@ -166,3 +166,26 @@ def test_hosts_are_hidden_consistently_only_on_request() -> None:
     first = out.splitlines()[0].split("--master_addr=")[1].split()[0]
     assert out.splitlines()[1].startswith(first + ":")
     assert not out.splitlines()[2].startswith(first + ":")
+
+
+def test_redact_report_covers_every_text_of_a_report() -> None:
+    from dsdoctor.model import Evidence, Fact, FileSummary, Finding, Report, Symptom
+    from dsdoctor.redact import redact_report
+
+    line = f"cmd = python -u -m deepspeed.launcher.launch train.py --hub_token {HF}"
+    e = Evidence("train.log", 3, line, 0)
+    rep = Report(
+        files=(FileSummary("train.log", 10, 100),),
+        symptoms=(Symptom("gpu-oom", 1, (e,), e, e, values={"cmd": [line]}),),
+        findings=(Finding("DS105", "gpu-out-of-memory", "error", f"OOM with {HF}", f"msg {HF}",
+                          fix=f"fix {HF}", evidence=(e,)),),
+        facts=(Fact("launch-cmd", {"cmd": line, "hub_token": "plainSecretValue77"}, e),),
+        inputs={"env": {"env_vars": {"HF_TOKEN": HF}}},
+        notes=(f"note {HF}",),
+    )
+    assert HF in str(rep.to_dict())
+    out = redact_report(rep)
+    text = str(out.to_dict())
+    assert HF not in text and "plainSecretValue77" not in text
+    assert "--hub_token <redacted>" in out.symptoms[0].first.text
+    assert out.symptoms[0].first.line == 3 and out.findings[0].rule == "DS105"
