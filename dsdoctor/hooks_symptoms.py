@@ -117,7 +117,10 @@ def model_name(ctx: Context) -> str | None:
 def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
     """Where fp16 mixed precision is switched on: [(config_path or argument, description)]."""
     out: list[tuple[str, str]] = []
-    en = ctx.cfg_get("fp16.enabled")
+    # A DeepSpeed config Accelerate synthesized from its own keys: report the Accelerate key.
+    from_accelerate = ctx.ds is not None and ctx.ds_source == "accelerate" and \
+        getattr(ctx.ds, "synthesized", False)
+    en = None if from_accelerate else ctx.cfg_get("fp16.enabled")
     if en is True:
         where = "the DeepSpeed config" if ctx.ds_source != "log" else "the engine's printed config"
         out.append(("fp16.enabled", f'"fp16": {{"enabled": true}} in {where}'))
@@ -137,7 +140,9 @@ def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
 def bf16_in_use(ctx: Context) -> list[tuple[str, str]]:
     """Where bf16 is switched on: [(config_path or argument, description)]."""
     out: list[tuple[str, str]] = []
-    en = ctx.cfg_get("bf16.enabled")
+    from_accelerate = ctx.ds is not None and ctx.ds_source == "accelerate" and \
+        getattr(ctx.ds, "synthesized", False)
+    en = None if from_accelerate else ctx.cfg_get("bf16.enabled")
     if en is True or (en == "auto" and truthy(trainer_arg(ctx, "bf16"))):
         out.append(("bf16.enabled", '"bf16": {"enabled": true} in the DeepSpeed config'))
     mp = ctx.acc_get("mixed_precision")
