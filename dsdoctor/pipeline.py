@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsdoctor.model import Report, SYMPTOM_KINDS
+from dsdoctor.redact import redact_report
 from dsdoctor.scan import ScanResult, scan_files
 
 
@@ -22,7 +23,7 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
                  notes: Sequence[str] = ()) -> Report:
     symptoms = sorted(scan.symptoms.values(), key=lambda s: (_order(s.kind), s.first.file,
                                                               s.first.line))
-    return Report(
+    report = Report(
         files=tuple(scan.files),
         symptoms=tuple(symptoms),
         findings=tuple(findings),
@@ -31,6 +32,9 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
         inputs=dict(inputs or {}),
         notes=tuple(list(scan.notes) + list(notes)),
     )
+    # Secrets printed in a log (a --hub_token in the launcher's cmd line) never reach any output:
+    # every renderer and the issue builder get the redacted report.
+    return redact_report(report)
 
 
 def evaluate(args: argparse.Namespace, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:

@@ -112,3 +112,17 @@ def test_nul_and_invalid_utf8_log_renders(tmp_path, fmt):
     p.write_bytes(b"\x00\x00ok line\n\xff\xfe\xfd broken utf8\n\x1b[31mred\x1b[0m\n")
     proc = run_cli("analyze", str(p), "--format", fmt)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_analyze_never_prints_a_secret_from_the_log(tmp_path):
+    # the DeepSpeed launcher prints the full command line (DeepSpeed#3232 format), tokens included
+    token = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"
+    line = ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', "
+            f"'-u', 'main.py', '--local_rank=0', '--hub_token', '{token}'] exits with return code = -9\n")
+    p = tmp_path / "t.log"
+    p.write_text(line)
+    for fmt in ("text", "json", "markdown"):
+        proc = run_cli("analyze", str(p), "--format", fmt)
+        assert proc.returncode in (0, 1), proc.stderr
+        assert "return code" in proc.stdout or "cpu-oom" in proc.stdout
+        assert token not in proc.stdout
