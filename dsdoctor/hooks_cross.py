@@ -288,9 +288,9 @@ def bf16_on_pre_ampere(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     path, where = uses[0]
     yield finding(
-        f"bf16 is enabled ({where}) but {', '.join(old)} predate Ampere: bf16 needs compute "
-        "capability 8.0 or newer (A100, A10, RTX 30xx, H100, ...). It fails or is emulated "
-        "very slowly.",
+        f"bf16 is enabled ({where}) but these GPUs predate Ampere: {', '.join(old)}. bf16 "
+        "needs compute capability 8.0 or newer (A100, A10, RTX 30xx, H100, ...); it fails or "
+        "is emulated very slowly.",
         fix="Use fp32, or fp16 for a model pretrained in fp16/fp32 (not for bf16-pretrained "
             "models, see DS201), or run on Ampere or newer GPUs.",
         path=path)
@@ -433,53 +433,3 @@ def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"quant-storage dtype); too old here: {', '.join(old)}.",
         fix="Upgrade: pip install -U " + " ".join(o.split()[0] for o in old) + ".",
         path="zero_optimization.stage")
-
-
-# ---------------------------------------------------------- DS210 --config differs from the log
-
-_COMPARED = ("zero_optimization.stage", "zero_optimization.offload_optimizer.device",
-             "zero_optimization.offload_param.device", "fp16.enabled", "bf16.enabled",
-             "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
-             "gradient_clipping")
-
-
-def _get(d: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(d, dict) or part not in d:
-            return None
-        d = d[part]
-    return d
-
-
-def config_differs_from_log(ctx: Context, rule: Any) -> Iterator[Finding]:
-    """DS210: the config the engine printed is not the --config given."""
-    if ctx.ds is None or ctx.ds_source == "log" or not ctx.ds_from_log:
-        return
-    logged = ctx.ds_from_log
-    diffs = []
-    first = None
-    for path in _COMPARED:
-        mine = ctx.cfg_get(path)
-        theirs = _get(logged, path)
-        if mine is None or theirs is None or mine == "auto" or theirs == "auto":
-            continue
-        if isinstance(mine, str) and not isinstance(theirs, str):
-            try:
-                mine = type(theirs)(mine)
-            except (TypeError, ValueError):
-                pass
-        if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) \
-                and not isinstance(mine, bool) and float(mine) == float(theirs):
-            continue
-        if mine != theirs:
-            diffs.append(f"{path}: {mine!r} in {ctx.ds.path} but {theirs!r} in the log")
-            first = first or path
-    if not diffs:
-        return
-    ev = log_facts(ctx).evidence
-    e = ev.get("ds-config-json") or ev.get("engine-config")
-    yield finding(
-        "The run used a different DeepSpeed config than the --config given: "
-        + "; ".join(diffs) + ". The diagnosis uses the given file; the log shows what ran.",
-        fix="Check which config the launch command passes (--deepspeed / deepspeed_config_file) "
-            "and analyze that one.", path=first, evidence=(e,) if e else ())
