@@ -405,11 +405,21 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
                                           f.config_line or 0, f.config_path or ""))
 
 
-def evaluate(ctx: Context, rules: Iterable[Rule] | None = None) -> list[Finding]:
-    """Run every rule on the context; findings sorted by severity then code."""
+def evaluate(ctx: Context, rules: Iterable[Rule] | None = None, strict: bool = False) -> list[Finding]:
+    """Run every rule on the context; findings sorted by severity then code.
+
+    A rule that crashes (a dsdoctor bug on some odd input) must not cost the user the whole
+    report: it becomes a note naming the rule, unless ``strict`` (tests) re-raises it.
+    """
     out: list[Finding] = []
     for rule in rules if rules is not None else load_rules():
-        out.extend(evaluate_rule(rule, ctx))
+        try:
+            out.extend(evaluate_rule(rule, ctx))
+        except Exception as exc:  # noqa: BLE001 - isolate one rule's bug from the report
+            if strict:
+                raise
+            ctx.notes.append(f"{rule.code} could not run ({type(exc).__name__}: {exc}); this is "
+                             "a dsdoctor bug, please report it with 'dsdoctor report'")
     return sort_findings(out)
 
 

@@ -285,3 +285,55 @@ def test_findings_on_an_accelerate_config_name_its_keys(tmp_path: Path) -> None:
     assert f.config_path == "deepspeed_config.zero3_save_16bit_model"
     assert f.config_file == str(tmp_path / "accelerate_config.yaml") and f.config_line == 5
     assert f.fix_change is None and "Accelerate config" in f.fix
+
+
+_KEYS = ["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+         "gradient_clipping", "zero_optimization", "stage", "offload_param", "offload_optimizer",
+         "device", "nvme_path", "fp16", "bf16", "enabled", "optimizer", "type", "params", "lr",
+         "betas", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size", "scheduler",
+         "stage3_gather_16bit_weights_on_model_save", "zero_optimisation", "_comment"]
+
+
+def _config_values():
+    from hypothesis import strategies as st
+
+    leaf = (st.none() | st.booleans() | st.integers(-3, 10**10) | st.floats(allow_nan=False)
+            | st.sampled_from(["auto", "cpu", "nvme", "none", "8", "Lamb", "AdamW", "x", ""]))
+    return st.recursive(leaf, lambda c: st.lists(c, max_size=3)
+                        | st.dictionaries(st.sampled_from(_KEYS), c, max_size=5), max_leaves=25)
+
+
+def test_rules_never_crash_on_odd_configs(tmp_path_factory) -> None:
+    """Any JSON object as a config: the rules report or stay silent, never raise."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    rules = load_rules()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cfg=st.dictionaries(st.sampled_from(_KEYS), _config_values(), max_size=8),
+           args=st.dictionaries(st.sampled_from(["fp16", "bf16", "per_device_train_batch_size",
+                                                 "gradient_accumulation_steps", "learning_rate",
+                                                 "max_steps", "warmup_steps", "use_4bit_quantization"]),
+                                st.sampled_from([True, False, "True", "4", 8, 2e-5, "x", None]), max_size=4),
+           world=st.none() | st.integers(1, 16))
+    def check(cfg, args, world) -> None:
+        ctx = Context(trainer_args=dict(args), uses_trainer=bool(args) or None, world_size=world,
+                      world_size_source="log" if world else None,
+                      env={"gpus": [{"memory_total_bytes": 8 << 30, "compute_capability": "7.5"}]})
+        ctx.ds, ctx.ds_source = ConfigDoc("ds.json", "deepspeed", cfg), "config"
+        for f in evaluate(ctx, rules, strict=True):
+            assert f.rule and f.message and f.severity in ("error", "warning", "info")
+
+    check()
+
+
+def test_a_crashing_rule_becomes_a_note(tmp_path: Path) -> None:
+    bad = GOOD.replace("when: {config: {path: zero_optimization.stage, equals: 3}}\n",
+                       "hook: dsdoctor.engine:find_rule\n")
+    rules = load_rules(_rules_dir(tmp_path, {"DS999-test-rule.yaml": bad}))
+    ctx = _ctx({"zero_optimization": {"stage": 3}})
+    assert evaluate(ctx, rules) == []
+    assert ctx.notes and ctx.notes[-1].startswith("DS999 could not run")
+    with pytest.raises(Exception):
+        evaluate(ctx, rules, strict=True)

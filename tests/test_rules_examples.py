@@ -69,7 +69,7 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
                               trainer_args=example.get("args"),
                               world_size=example.get("world_size"))
     ctx = build_context(args, scan)
-    return engine.evaluate(ctx)
+    return engine.evaluate(ctx, strict=True)
 
 
 def _matches(f: Finding, expect: dict[str, Any]) -> bool:
