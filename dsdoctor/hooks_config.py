@@ -226,7 +226,7 @@ def offload_param_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
     if dev is None or stage is None or stage >= 3:
         return
     yield _finding(
-        f"zero_optimization.offload_param (device {dev!r}) only exists in ZeRO stage 3, and this "
+        f"zero_optimization.offload_param (device {_show(dev)}) only exists in ZeRO stage 3, and this "
         f"config uses stage {stage}: DeepSpeed {ctx.ds_version} ignores it silently, so the "
         f"parameters stay on the GPU (expect the GPU memory of stage {stage}, not of "
         f"parameter offload).",
@@ -245,7 +245,7 @@ def offload_optimizer_without_zero(ctx: Context, rule: Any) -> Iterator[Finding]
         return
     written = ctx.cfg_has("zero_optimization.stage")
     yield _finding(
-        f"zero_optimization.offload_optimizer (device {dev!r}) needs ZeRO stage 1 or more, and "
+        f"zero_optimization.offload_optimizer (device {_show(dev)}) needs ZeRO stage 1 or more, and "
         f"the stage is 0{'' if written else ' (zero_optimization.stage is not set; 0 is the default)'}: "
         f"ZeRO is off, so the optimizer states stay on the GPU and the offload does nothing.",
         path="zero_optimization.stage" if written else "zero_optimization.offload_optimizer",
@@ -647,11 +647,11 @@ def lamb_with_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not isinstance(typ, str) or "lamb" not in typ.lower() or dev is None:
         return
     yield _finding(
-        f"optimizer.type is {typ!r} with zero_optimization.offload_optimizer.device {dev!r}: "
+        f"optimizer.type is {_show(typ)} with zero_optimization.offload_optimizer.device {_show(dev)}: "
         f"ZeRO-Offload runs the optimizer step on the CPU and works with optimizers that have "
         f"both a CPU and a GPU implementation, except LAMB, which has none on the CPU.",
         path="optimizer.type",
-        fix=f"set optimizer.type from {typ!r} to \"AdamW\" (DeepSpeedCPUAdam runs on the CPU), "
+        fix=f"set optimizer.type from {_show(typ)} to \"AdamW\" (DeepSpeedCPUAdam runs on the CPU), "
             f"or delete zero_optimization.offload_optimizer to keep LAMB")
 
 
