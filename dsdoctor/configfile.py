@@ -466,6 +466,9 @@ def _accelerate_deepspeed(doc: ConfigDoc, depth: int) -> ConfigDoc | None:
             pos = doc.positions.get(f"deepspeed_config.{akey}")
             if pos:
                 positions[dspath] = pos
+    # A finding on a section Accelerate built from one key points at that key.
+    sources["zero_optimization.offload_param"] = "deepspeed_config.offload_param_device"
+    sources["zero_optimization.offload_optimizer"] = "deepspeed_config.offload_optimizer_device"
     sources["fp16.enabled"] = sources["bf16.enabled"] = "mixed_precision"
     sources["fp16"] = sources["bf16"] = "mixed_precision"
     mp = doc.data.get("mixed_precision")

@@ -337,3 +337,16 @@ def test_a_crashing_rule_becomes_a_note(tmp_path: Path) -> None:
     assert ctx.notes and ctx.notes[-1].startswith("DS999 could not run")
     with pytest.raises(Exception):
         evaluate(ctx, rules, strict=True)
+
+
+def test_accelerate_offload_param_below_stage3(tmp_path: Path) -> None:
+    import sys as _sys
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from test_rules_examples import run_example
+
+    acc = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+           "  offload_optimizer_device: cpu\n  offload_param_device: cpu\n  zero_stage: 2\n"
+           "mixed_precision: bf16\nnum_processes: 2\n")
+    findings = run_example({"accelerate": acc}, tmp_path)
+    f = next(f for f in findings if f.rule == "DS304")
+    assert (f.config_path, f.config_line) == ("deepspeed_config.offload_param_device", 5)
