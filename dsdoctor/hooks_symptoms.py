@@ -9,6 +9,7 @@ Transformers/PEFT DeepSpeed guides (see /rules/*.yaml references).
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterator
 
 from dsdoctor.context import Context
@@ -557,6 +558,9 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
 # ------------------------------------------------------------------------ DS107 hang/timeouts
 
 
+_TIMEOUT_TEXT = re.compile(r"timed out|timeout|watchdog|store based barrier|NCCL", re.I)
+
+
 def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS107: a collective or barrier timed out; rank the causes this run makes likely."""
     s = ctx.symptom("hang")
@@ -576,12 +580,23 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     fixes: list[str] = []
     path = None
     # 1. A rank that died first: the others wait for it until the timeout.
-    for kind in ("gpu-oom", "cpu-oom", "python-exception", "launcher-nonzero-exit"):
+    hang_lines = {(e.file, e.line) for e in s.evidence}
+    for kind in ("gpu-oom", "cpu-oom", "python-exception"):
         other = ctx.symptom(kind)
-        if other is not None and kind != "launcher-nonzero-exit":
-            causes.append(f"a rank failed first ({kind} at line {other.first.line}): the "
-                          "others waited for it until the timeout; fix that failure")
-            break
+        if other is None:
+            continue
+        if kind == "python-exception":
+            # The timeout itself is raised as an exception: only another error counts.
+            own = [e for e in other.evidence if (e.file, e.line) not in hang_lines
+                   and not _TIMEOUT_TEXT.search(e.text)]
+            if not own:
+                continue
+            where = own[0]
+        else:
+            where = other.first
+        causes.append(f"a rank failed first ({kind} at line {where.line}): the others "
+                      "waited for it until the timeout; fix that failure")
+        break
     # 2. Store barrier: not all workers started.
     if isinstance(ws, int) and isinstance(joined, int) and joined < ws:
         causes.append(f"only {joined} of {ws} workers reached the rendezvous: some ranks never "
@@ -589,6 +604,12 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
                       "blocked port, or a rank crashed during start-up)")
         fixes.append("check that every node runs the launcher with the same MASTER_ADDR/"
                      "MASTER_PORT and that the port is reachable from all nodes")
+    elif isinstance(ws, int) and isinstance(joined, int) and joined > ws:
+        causes.append(f"{joined} workers registered at a rendezvous for world_size={ws}: "
+                      "another job uses the same MASTER_ADDR:MASTER_PORT, or keys of an earlier "
+                      "run were left in the store")
+        fixes.append("give each job its own MASTER_PORT (and make sure stale processes of "
+                     "earlier runs are gone)")
     # 3. ZeRO-3 generate without synced_gpus.
     stage = zero_stage(ctx)
     gen = [g for sc in ctx.scripts for g in sc.generate_without_sync()]
@@ -606,6 +627,11 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
                      "synced_gpus=True)")
     elif stage == 3 and not ctx.scripts:
         ctx.missing(rule.code, "generate() calls without synced_gpus", "--script train.py")
+    elif stage is None and op and "ALLGATHER" in str(op).upper():
+        causes.append("an all-gather timed out; under ZeRO-3 that is parameter gathering, and "
+                      "the classic cause is generate() without synced_gpus=True on one rank "
+                      "(give --config and --script to check)")
+        ctx.missing(rule.code, "the ZeRO stage behind the all-gather", "--config ds_config.json")
     if not causes:
         causes.append("a slow step (checkpoint saving, evaluation or data loading on one "
                       "rank) longer than the timeout, or a network problem between GPUs/nodes")
@@ -698,7 +724,7 @@ def trainer_mismatch_in_log(ctx: Context, rule: Any) -> Iterator[Finding]:
             dk, _, dv = left[3:].partition("=")
             hk, _, hv = right.rpartition("=")
             pairs.append((dk.strip(), dv.strip(), hk.strip(), hv.strip(), e))
-    if not pairs and ds_keys:
+    if not pairs and ds_keys and "mixed_precision" not in hf_keys:
         for i, dk in enumerate(ds_keys):
             pairs.append((dk, ds_vals[i] if i < len(ds_vals) else "?",
                           hf_keys[i] if i < len(hf_keys) else "?",
