@@ -789,7 +789,8 @@ def qlora_storage_dtype(ctx: Context, rule: Any) -> Iterator[Finding]:
         path, file = "mixed_precision", ctx.accelerate.path
         line = ctx.accelerate.line("mixed_precision")
     else:
-        path = "fp16"  # the Trainer's --fp16 argument
+        # The Trainer's --fp16: a command-line argument, not a config key (so no config line).
+        path, file = "fp16", "command line"
     yield _finding(
         f"4-bit QLoRA training ({q_where}) stores the quantized weights as {storage} "
         f"(bnb_4bit_quant_storage, {s_where}) while fp16 mixed precision is on ({fp16}): with fp16 "
