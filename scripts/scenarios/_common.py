@@ -57,8 +57,17 @@ def patch_cpu_fp16() -> None:
 
 def set_deepspeed_log_level(level: str = "info") -> None:
     """Show DeepSpeed's INFO lines (loss-scale messages, step lines), as users do to see them."""
-    from deepspeed.utils.logging import set_log_level_from_string
+    try:
+        from deepspeed.utils.logging import set_log_level_from_string
+    except ImportError:  # older releases (<= 0.15) log at INFO already and lack the helper
+        import logging
 
+        from deepspeed.utils import logger
+
+        logger.setLevel(getattr(logging, level.upper()))
+        for handler in logger.handlers:
+            handler.setLevel(getattr(logging, level.upper()))
+        return
     set_log_level_from_string(level)
 
 
@@ -116,6 +125,10 @@ def launcher_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
     env.pop("CUDA_VISIBLE_DEVICES", None)
+    # DeepSpeed's CPU accelerator counts its "devices" from LOCAL_SIZE, else from `numactl
+    # --hardware`; releases up to 0.15 crash in the launcher when numactl is not installed. Every
+    # scenario runs 2 ranks on one node.
+    env.setdefault("LOCAL_SIZE", "2")
     env.update(extra or {})
     return env
 
