@@ -73,8 +73,14 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
 
 
 def _matches(f: Finding, expect: dict[str, Any]) -> bool:
+    """``expect`` keys are Finding fields (equal), or ``message_contains``/``fix_contains``
+    (a text or a list of texts that must all appear)."""
     for key, want in expect.items():
-        if getattr(f, key) != want:
+        if key in ("message_contains", "fix_contains"):
+            text = f.message if key == "message_contains" else f.fix
+            if not all(w in text for w in ([want] if isinstance(want, str) else want)):
+                return False
+        elif getattr(f, key) != want:
             return False
     return True
 
