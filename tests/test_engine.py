@@ -350,3 +350,27 @@ def test_accelerate_offload_param_below_stage3(tmp_path: Path) -> None:
     findings = run_example({"accelerate": acc}, tmp_path)
     f = next(f for f in findings if f.rule == "DS304")
     assert (f.config_path, f.config_line) == ("deepspeed_config.offload_param_device", 5)
+
+
+def test_every_symptom_and_fact_a_rule_needs_is_produced_by_a_format() -> None:
+    """A rule waiting for a symptom no log format emits could never fire on a real log."""
+    from dsdoctor.formats import load_patterns
+
+    emitted = {p.emits for p in load_patterns()}
+
+    def facts(cond):
+        if isinstance(cond, dict):
+            for k, v in cond.items():
+                if k == "fact":
+                    yield v
+                elif k in ("all", "any"):
+                    for c in v:
+                        yield from facts(c)
+                elif k == "not":
+                    yield from facts(v)
+
+    for rule in load_rules():
+        for kind in rule.symptoms:
+            assert kind in emitted, f"{rule.code}: no format emits symptom {kind!r}"
+        for name in facts(rule.when):
+            assert f"fact:{name}" in emitted, f"{rule.code}: no format emits fact {name!r}"
