@@ -2,8 +2,8 @@
 
 Only findings that carry a ``fix_change`` are applied: renaming a typo'd key inside its own
 section, deleting a setting the release ignores anyway (``offload_param`` below stage 3), writing
-a number without quotes, ``"auto"`` for a value the Trainer fills in, turning on the 16-bit gather
-on save. Anything that needs a decision (which precision, which batch size) stays in the report.
+a number without quotes, ``"auto"`` for a value the Trainer refused. Anything that needs a decision
+(which precision, which batch size, whether to gather 16-bit weights on save) stays in the report.
 
 The original file is never touched: the copy goes to a NEW path (refused when it is the input, or
 an existing file without ``--force``), written atomically. The copy is plain JSON: comments are

@@ -3,7 +3,9 @@
 Each hook is ``hook(ctx, rule) -> Iterable[Finding]``; the engine fills the rule's code, name,
 title and references, and the config line of ``config_path``. Messages give the numbers; fixes
 name the key, the old value and the new one. ``fix_change`` is set only for changes that are safe
-to apply blindly (``--fix-out``): they cannot change what a run that works today does.
+to apply blindly (``--fix-out``): a run that works today keeps doing the same thing (a typo that
+was ignored or refused gets its intended name, a setting that did nothing goes away, a quoted
+number loses its quotes, a value the Trainer refused becomes "auto").
 
 The DeepSpeed behaviours quoted here were measured on DeepSpeed 0.19.8 (see tests/test_dskeys.py,
 which re-measures them when DeepSpeed is installed).
@@ -675,8 +677,10 @@ def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"placeholders; a 'tensor([1.])' shape is a ZeRO-3 placeholder), and you need "
         f"zero_to_fp32.py on the checkpoint to get the model back.",
         path=key,
-        fix=f"set {key} to true (costs one gather of the full 16-bit model at save time)",
-        change={"op": "set", "path": key, "old": val, "new": True})
+        # No automatic change: the gather builds the whole 16-bit model in rank 0's CPU memory at
+        # save time, which a run that saves fine today might not have room for.
+        fix=f"set {key} to true (costs one gather of the full 16-bit model into rank 0's CPU "
+            f"memory at save time)")
 
 
 # ------------------------------------------------------------ DS315-DS317 PEFT / QLoRA
