@@ -12,6 +12,7 @@ DeepSpeed run on a machine also JIT-builds DeepSpeed's small shm comm op, about 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,13 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import sample_check  # noqa: E402
 
-LIVE = ["fp16_loss_scale_collapse", "zero3_generate_hang", "zero3_generate_synced"]
+# The collapse and the hang (+ its twin) run by default: they are short and cover the loss scaler,
+# the launcher, tracebacks and gloo timeouts. DSDOCTOR_LIVE_SCENARIOS=all (or a comma list) runs more.
+DEFAULT_LIVE = ["fp16_loss_scale_collapse", "zero3_generate_hang", "zero3_generate_synced"]
+ALL_LIVE = sorted(p.stem for p in (REPO / "scripts" / "scenarios").glob("*.py")
+                  if not p.name.startswith("_"))
+_wanted = os.environ.get("DSDOCTOR_LIVE_SCENARIOS", "")
+LIVE = ALL_LIVE if _wanted == "all" else [s for s in _wanted.split(",") if s] or DEFAULT_LIVE
 
 
 @pytest.mark.deepspeed
