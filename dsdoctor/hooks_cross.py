@@ -163,10 +163,21 @@ def zero3_generate_without_synced_gpus(ctx: Context, rule: Any) -> Iterator[Find
     calls = [(sc, g) for sc in ctx.scripts for g in sc.generate_without_sync()]
     explicit = [(sc, g) for sc, g in calls if g.synced_gpus is False]
     implicit = [(sc, g) for sc, g in calls if g.synced_gpus is None]
-    flagged = list(explicit)
+    # generate() turns synced_gpus on by itself only when Transformers knows ZeRO-3 is active:
+    # a live HfDeepSpeedConfig, the Trainer's arguments, or Accelerate's DeepSpeed plugin.
+    unknown_to_hf = [(sc, g) for sc, g in implicit
+                     if not (any(h.kept_alive for h in sc.hf_ds_configs) or sc.uses_trainer
+                             or sc.uses_accelerate)]
+    implicit = [c for c in implicit if c not in unknown_to_hf]
+    flagged = list(explicit) + unknown_to_hf
     reason = []
     if explicit:
         reason.append(f"generate() is called with synced_gpus=False ({len(explicit)} call(s))")
+    if unknown_to_hf:
+        reason.append(f"generate() is called without synced_gpus ({len(unknown_to_hf)} call(s)) "
+                      "in a script that sets up DeepSpeed without a live HfDeepSpeedConfig, the "
+                      "Trainer or Accelerate, so Transformers does not know ZeRO-3 is on and "
+                      "leaves synced_gpus off (whatever its version)")
     if implicit:
         if tfv is not None and tfv < _SYNCED_AUTO:
             flagged += implicit
@@ -195,8 +206,9 @@ def zero3_generate_without_synced_gpus(ctx: Context, rule: Any) -> Iterator[Find
         f"ZeRO-3 runs on {ws}, and {'; '.join(reason)}. Under ZeRO-3 every forward pass gathers "
         "parameters from all ranks; a rank that finishes generating early stops joining those "
         "all-gathers and the others wait forever." + tail,
-        fix="Pass synced_gpus=True to every generate() call under ZeRO-3 (and upgrade to "
-            "Transformers >= 4.28, which sets it automatically).",
+        fix="Pass synced_gpus=True to every generate() call under ZeRO-3. (Transformers >= "
+            "4.28 sets it by itself only when it knows ZeRO-3 is on: a live HfDeepSpeedConfig, "
+            "the Trainer, or Accelerate.)",
         path=None, severity=sev, evidence=ev, file=flagged[0][0].path,
         line=flagged[0][1].site.line)
 

@@ -618,7 +618,8 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
                       f"({len(gen)} call(s) in the script): a rank that finishes generating "
                       "early stops joining the parameter all-gathers (see DS202)")
         fixes.append("pass synced_gpus=True to generate() (Transformers >= 4.28 does it "
-                     "automatically under ZeRO-3 on several GPUs)")
+                     "by itself only when it knows ZeRO-3 is on: HfDeepSpeedConfig, Trainer, "
+                     "Accelerate)")
     elif stage == 3 and op and "ALLGATHER" in str(op).upper():
         causes.append("an all-gather under ZeRO-3 (parameter gathering): ranks took different "
                       "code paths, e.g. generate() without synced_gpus=True, or a forward "

@@ -270,6 +270,12 @@ _ZERO3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "max_live_
 _OFFLOAD_KEYS = ("device", "nvme_path", "pin_memory", "buffer_count", "ratio")
 
 
+_OPTIMIZER_NAMES = {"adam": "Adam", "adamw": "AdamW", "lamb": "Lamb", "onebitadam": "OneBitAdam",
+                    "onebitlamb": "OneBitLamb", "zerooneadam": "ZeroOneAdam",
+                    "adagrad": "Adagrad", "muadam": "MuAdam", "muadamw": "MuAdamW",
+                    "musgd": "MuSGD", "lion": "Lion", "muon": "Muon"}
+
+
 def _offload(v: Any) -> dict[str, Any] | None:
     if isinstance(v, dict) and v.get("device") not in (None, "none"):
         return {k: v[k] for k in _OFFLOAD_KEYS if v.get(k) is not None}
@@ -284,7 +290,7 @@ def config_from_engine_items(items: dict[str, str]) -> dict[str, Any]:
     """
     cfg: dict[str, Any] = {}
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                "gradient_accumulation_steps", "gradient_clipping", "steps_per_print",
+                "gradient_accumulation_steps", "gradient_clipping",
                 "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
                 "communication_data_type", "prescale_gradients", "wall_clock_breakdown"):
         if key in items:
@@ -347,7 +353,8 @@ def config_from_engine_items(items: dict[str, str]) -> dict[str, Any]:
     # optimizer / scheduler
     name = coerce(items.get("optimizer_name"))
     if isinstance(name, str) and name:
-        opt: dict[str, Any] = {"type": name}
+        # DeepSpeed prints the lower-cased name; give it back its documented spelling.
+        opt: dict[str, Any] = {"type": _OPTIMIZER_NAMES.get(name.lower(), name)}
         params = literal(items.get("optimizer_params", "")) if items.get("optimizer_params") else None
         if isinstance(params, dict):
             opt["params"] = params
@@ -396,7 +403,9 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
                 lf.engine_items.setdefault(key, val)
         elif f.name == "ds-config-json":
             try:
-                data = json.loads(v.get("json", ""))
+                # DeepSpeed's encoder prints float("inf") as a bare inf (not JSON).
+                text = re.sub(r"(:\s*-?)inf\b", r"\1Infinity", v.get("json", ""))
+                data = json.loads(text)
             except (ValueError, RecursionError):
                 data = None
             if isinstance(data, dict):

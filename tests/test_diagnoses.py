@@ -140,8 +140,8 @@ def test_cli_zero3_generate_hang(tmp_path: Path, capsys) -> None:
     assert "synced_gpus=False" in f[0]["message"] and "2 ranks" in f[0]["message"]
     # The hang diagnosis names the same cause.
     assert "synced_gpus" in _by_rule(rep, "DS107")[0]["message"]
-    # Not passed at all on Transformers >= 4.28: fine (set automatically).
-    script2 = _w(tmp_path, "gen2.py", "out = model.generate(inputs)\n")
+    # Not passed at all on Transformers >= 4.28 that knows ZeRO-3 is on: set automatically.
+    script2 = _w(tmp_path, "gen2.py", "dschf = HfDeepSpeedConfig(cfg)\nout = model.generate(inputs)\n")
     rc, rep = _analyze_json(["--config", cfg, "--script", script2, "--env", env], capsys)
     assert not _by_rule(rep, "DS202")
 
@@ -231,3 +231,23 @@ def test_sigsegv_is_named(tmp_path: Path) -> None:
     rep = run_analysis([log], engine="python")
     f = next(x for x in rep.findings if x.rule == "DS113")
     assert "SIGSEGV" in f.message
+
+
+def test_real_zero3_generate_scenario(capsys) -> None:
+    """The sample run (real DeepSpeed, 2 ranks, gloo timeout) with its script: DS202 error."""
+    root = Path(__file__).resolve().parents[1]
+    d = root / "sample_logs" / "zero3_generate_hang"
+    script = root / "scripts" / "scenarios" / "zero3_generate_hang.py"
+    if not (d / "generate.log").exists() or not script.exists():
+        pytest.skip("sample run not present")
+    rc, rep = _analyze_json([str(d / "generate.log"), "--config", str(d / "ds_config.json"),
+                             "--script", str(script)], capsys)
+    f = _by_rule(rep, "DS202")
+    assert rc == 1 and f and f[0]["severity"] == "error"
+    assert "does not know ZeRO-3 is on" in f[0]["message"]
+    synced = root / "scripts" / "scenarios" / "zero3_generate_synced.py"
+    d2 = root / "sample_logs" / "zero3_generate_synced"
+    if synced.exists() and (d2 / "generate.log").exists():
+        rc, rep = _analyze_json([str(d2 / "generate.log"), "--config", str(d2 / "ds_config.json"),
+                                 "--script", str(synced)], capsys)
+        assert not _by_rule(rep, "DS202") and not _by_rule(rep, "DS107")

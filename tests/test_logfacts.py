@@ -198,7 +198,7 @@ def test_real_ds_0198_run() -> None:
     z = cfg["zero_optimization"]
     assert z["stage"] == 2 and z["overlap_comm"] is True
     assert z["offload_optimizer"]["device"] == "cpu" and "offload_param" not in z
-    assert cfg["optimizer"] == {"type": "adamw", "params": {"lr": 3e-05, "betas": [0.9, 0.999],
+    assert cfg["optimizer"] == {"type": "AdamW", "params": {"lr": 3e-05, "betas": [0.9, 0.999],
                                                             "eps": 1e-08, "weight_decay": 0.0}}
     assert cfg["zero_force_ds_cpu_optimizer"] is True
 
@@ -273,3 +273,11 @@ def test_real_log_sigkill_argv() -> None:
     assert lf.best_launch().script == "main.py"
     assert lf.model_name == "facebook/opt-125m"
     assert lf.trainer_args.get("zero_stage") is not None
+
+
+def test_json_block_with_inf() -> None:
+    # The Trainer sets steps_per_print to inf; DeepSpeed prints it as a bare inf.
+    lf = extract([Fact("ds-config-json", {"json": '{ "steps_per_print": inf, "train_batch_size": 8 }'},
+                       _ev())])
+    assert lf.ds_config_source == "json" and lf.ds_config["train_batch_size"] == 8
+    assert lf.ds_config["steps_per_print"] == float("inf")
