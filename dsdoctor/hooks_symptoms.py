@@ -513,7 +513,8 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     from dsdoctor.estimate import SCOPE_NOTE, offload_need
 
     lf = log_facts(ctx)
-    bits = [f"A process ran out of host (CPU) RAM (line {s.first.line}: {s.first.text[:140]!r})."]
+    bits = [f"A process ran out of host (CPU) RAM (line {s.first.line}: "
+            f"{s.first.text[:100]!r}{'...' if len(s.first.text) > 100 else ''})."]
     fixes: list[str] = []
     opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
     stage = zero_stage(ctx)
@@ -532,7 +533,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
         bits.append(f"The config offloads to CPU ({'optimizer' if opt else ''}"
                     f"{' + ' if opt and par else ''}{'parameters' if par else ''}); DeepSpeed's "
                     f"estimator says that needs {gib(row.cpu_bytes)} of RAM per node for "
-                    f"{total:,} parameters ({src}); the estimate {SCOPE_NOTE}.")
+                    f"{total:,} parameters ({src}); these figures {SCOPE_NOTE} (see DS203).")
         if isinstance(ram, int):
             bits.append(f"The node has {gib(ram)}.")
     elif opt == "cpu" or par == "cpu":
