@@ -445,3 +445,24 @@ def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"quant-storage dtype); too old here: {', '.join(old)}.",
         fix="Upgrade: pip install -U " + " ".join(o.split()[0] for o in old) + ".",
         path="zero_optimization.stage")
+
+
+# ------------------------------------------------- DS210 QLoRA + ZeRO-3 + CPU offload (more GPU)
+
+
+def qlora_zero3_cpu_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS210: QLoRA with ZeRO-3 and CPU offload uses more GPU memory, not less."""
+    if zero_stage(ctx) != 3 or not _qlora(ctx):
+        return
+    opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
+    if "cpu" not in (opt, par):
+        return
+    path = ("zero_optimization.offload_param.device" if par == "cpu"
+            else "zero_optimization.offload_optimizer.device")
+    yield finding(
+        "QLoRA with ZeRO-3 offloads to CPU here. PEFT's guide measured that ZeRO-3 + QLoRA with "
+        "CPU offload uses more GPU memory than without it (the 4-bit base weights are tiny and "
+        "the offload buffers are not), and that with PEFT, CPU offload only saves the optimizer "
+        "memory of the small adapter, not GPU memory.",
+        fix='Drop the CPU offload ("device": "none") for QLoRA + ZeRO-3 unless measured to help.',
+        path=path)
