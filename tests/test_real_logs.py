@@ -135,3 +135,17 @@ def test_timeline_from_real_logs():
         assert points, f"{name}: no timeline"
         seen = {getattr(p, field) for p in points}
         assert any(v is not None and abs(v - want) < 1e-9 for v in seen), f"{name}: {field} {seen}"
+
+
+@pytest.mark.skipif(len(ENGINES) < 2, reason="hyperscan not installed: one engine only")
+@pytest.mark.parametrize("root,row", CASES)
+def test_both_engines_agree_on_real_logs(root, row):
+    """The Hyperscan and pure-Python prefilters must lead to the very same symptoms."""
+    if not root.is_dir():
+        pytest.skip(f"{root} not present")
+    path = str(root / row["file"])
+    a, b = (scan_files([path], engine=e) for e in ("hyperscan", "python"))
+    summary = [{k: (s.count, s.first.line, s.last.line, s.patterns) for k, s in r.symptoms.items()}
+               for r in (a, b)]
+    assert summary[0] == summary[1]
+    assert [(p.line, p.source) for p in a.timeline] == [(p.line, p.source) for p in b.timeline]
