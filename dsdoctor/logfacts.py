@@ -110,13 +110,16 @@ def coerce(text: Any) -> Any:
         return low == "true"
     if low in ("none", "null"):
         return None
-    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+", t):  # DeepSpeed < 0.10 prints 500,000,000
-        return int(t.replace(",", ""))
-    if re.fullmatch(r"[+-]?\d+", t):
-        return int(t)
-    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", t):
-        f = float(t)
-        return f if math.isfinite(f) else t
+    try:
+        if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+", t):  # DeepSpeed < 0.10 prints 500,000,000
+            return int(t.replace(",", ""))
+        if re.fullmatch(r"[+-]?\d+", t):
+            return int(t)
+        if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", t):
+            f = float(t)
+            return f if math.isfinite(f) else t
+    except (ValueError, OverflowError):  # more digits than Python converts
+        return t
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
         return t[1:-1]
     return t
@@ -130,6 +133,10 @@ def literal(text: str) -> Any:
         return None
 
 
+_KV_KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
+_KV_NEXT = re.compile(r"[ ,]+[A-Za-z_]\w*=")
+
+
 def parse_kv_repr(text: str) -> dict[str, Any]:
     """Parse pydantic's ``__repr_str__`` output: ``a=1 b=Cls(c='x', d=None) e=[1, 2]``.
 
@@ -138,7 +145,7 @@ def parse_kv_repr(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     i, n = 0, len(text)
     while i < n:
-        m = re.compile(r"\s*([A-Za-z_]\w*)=").match(text, i)
+        m = _KV_KEY.match(text, i)
         if not m:
             break
         key = m.group(1)
@@ -160,7 +167,7 @@ def parse_kv_repr(text: str) -> dict[str, Any]:
             elif ch in ")]}":
                 depth -= 1
             elif depth == 0 and (ch == " " or ch == ","):
-                if re.compile(r"[ ,]+[A-Za-z_]\w*=").match(text, k):
+                if _KV_NEXT.match(text, k):
                     break
             k += 1
         out[key] = _repr_value(text[j:k].strip())
@@ -404,7 +411,8 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
         elif f.name == "ds-config-json":
             try:
                 # DeepSpeed's encoder prints float("inf") as a bare inf (not JSON).
-                text = re.sub(r"(:\s*-?)inf\b", r"\1Infinity", v.get("json", ""))
+                raw = v.get("json")
+                text = re.sub(r"(:\s*-?)inf\b", r"\1Infinity", raw if isinstance(raw, str) else "")
                 data = json.loads(text)
             except (ValueError, RecursionError):
                 data = None
@@ -420,12 +428,12 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             lf.accelerate.setdefault("mixed_precision", v.get("mixed_precision"))
         elif f.name == "num-elems":
             b = v.get("num_elems_b", v.get("params_b"))
-            if isinstance(b, (int, float)) and lf.num_params is None:
+            if isinstance(b, (int, float)) and 0 < b < 1e6 and lf.num_params is None:
                 lf.num_params = int(b * 1e9)
         elif f.name == "trainable-params":
             if isinstance(v.get("trainable"), int) and lf.trainable_params is None:
                 lf.trainable_params = v["trainable"]
-            if isinstance(v.get("total"), int):
+            if isinstance(v.get("total"), int) and v["total"] > 0:
                 lf.num_params = v["total"]  # exact count beats ZeRO-3's rounded billions
         elif f.name == "package-version":
             pkg = _PKG_ALIASES.get(str(v.get("package", "")).lower())

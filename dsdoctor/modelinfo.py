@@ -190,6 +190,14 @@ def _need(cfg: dict[str, Any], *keys: str, default: Any = None) -> int:
     return v
 
 
+def _opt_int(cfg: dict[str, Any], key: str, default: int) -> int:
+    """An optional integer hyper-parameter: its default when absent/null/0, else a valid int."""
+    v = cfg.get(key)
+    if v is None or v == 0:
+        return default
+    return _need(cfg, key)
+
+
 class _Counter:
     """Accumulates module sizes; remembers the largest module (DeepSpeed's 'largest layer')."""
 
@@ -223,7 +231,7 @@ def _llama_like(cfg: dict[str, Any]) -> ParamCount:
     n_layers = _need(cfg, "num_hidden_layers")
     nh = _need(cfg, "num_attention_heads")
     nkv = _need(cfg, "num_key_value_heads", default=nh)
-    hd = cfg.get("head_dim") or h // nh
+    hd = _opt_int(cfg, "head_dim", h // nh)
     inter = _need(cfg, "intermediate_size")
     qkv_bias = mt == "qwen2" or bool(cfg.get("attention_bias"))
     o_bias = bool(cfg.get("attention_bias")) and mt != "qwen2"
@@ -261,7 +269,7 @@ def _gpt2(cfg: dict[str, Any]) -> ParamCount:
     h = _need(cfg, "n_embd", "hidden_size")
     L = _need(cfg, "n_layer", "num_hidden_layers")
     pos = _need(cfg, "n_positions", "max_position_embeddings")
-    inner = cfg.get("n_inner") or 4 * h
+    inner = _opt_int(cfg, "n_inner", 4 * h)
     c = _Counter()
     c.add("transformer.wte", v * h)
     c.add("transformer.wpe", pos * h)
@@ -303,7 +311,7 @@ def _opt(cfg: dict[str, Any]) -> ParamCount:
     L = _need(cfg, "num_hidden_layers")
     ffn = _need(cfg, "ffn_dim")
     pos = _need(cfg, "max_position_embeddings")
-    wd = cfg.get("word_embed_proj_dim") or h
+    wd = _opt_int(cfg, "word_embed_proj_dim", h)
     bias = cfg.get("enable_bias", True) is not False
     affine = cfg.get("layer_norm_elementwise_affine", True) is not False
     ln = 2 * h if affine else 0
@@ -360,14 +368,14 @@ def _falcon(cfg: dict[str, Any]) -> ParamCount:
     else:
         qkv_out = 3 * h
     bias = bool(cfg.get("bias", False))
-    ffn = cfg.get("ffn_hidden_size") or 4 * h
+    ffn = _opt_int(cfg, "ffn_hidden_size", 4 * h)
     c = _Counter()
     c.add("transformer.word_embeddings", v * h)
     c.linear("self_attention.query_key_value", h, qkv_out, bias, L)
     c.linear("self_attention.dense", h, h, bias, L)
     c.linear("mlp.dense_h_to_4h", h, ffn, bias, L)
     c.linear("mlp.dense_4h_to_h", ffn, h, bias, L)
-    n_ln = cfg.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+    n_ln = _opt_int(cfg, "num_ln_in_parallel_attn", 2 if new_arch else 1)
     if not cfg.get("parallel_attn", True):
         n_ln = 2
     c.add("layernorm", 2 * h, L * n_ln)

@@ -281,3 +281,36 @@ def test_json_block_with_inf() -> None:
                        _ev())])
     assert lf.ds_config_source == "json" and lf.ds_config["train_batch_size"] == 8
     assert lf.ds_config["steps_per_print"] == float("inf")
+
+
+# --------------------------------------------------------------------------- robustness
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_parsers_never_raise(text: str) -> None:
+    assert isinstance(parse_kv_repr(text), dict)
+    coerce(text)
+    parse_argv(text.split())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(
+    st.sampled_from(["launch-cmd", "launch-argv", "engine-config-item", "ds-config-json",
+                     "accelerate-ds-config", "package-version", "trainer-arg", "world-size",
+                     "num-elems", "trainable-params", "gpu-memory", "gpu-name"]),
+    st.dictionaries(st.sampled_from(["cmd", "argv", "key", "value", "json", "dict", "package",
+                                     "version", "world_size", "num_elems_b", "trainable",
+                                     "total", "index", "name"]),
+                    st.one_of(st.text(max_size=80), st.integers(), st.floats())),
+), max_size=12))
+def test_extract_never_raises(items) -> None:
+    lf = extract([Fact(n, v, _ev()) for n, v in items])
+    assert lf.world_size is None or isinstance(lf.world_size, int)
+
+
+def test_huge_integer_text_stays_text() -> None:
+    assert coerce("9" * 5000) == "9" * 5000

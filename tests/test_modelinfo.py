@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.errors import UsageError
-from dsdoctor.modelinfo import bf16_family, count_params, family_of, load_model_info
+from dsdoctor.modelinfo import (SUPPORTED_MODEL_TYPES, bf16_family, count_params, family_of,
+                                load_model_info, model_info_from_config)
 
 # Hyper-parameters copied from the models' config.json on the Hugging Face Hub, with the
 # parameter count the model card / Transformers' num_parameters() publishes.
@@ -239,3 +240,28 @@ def test_matches_transformers(name: str) -> None:
         cfg = dict(cfg, tie_word_embeddings=True)
     pc = count_params(cfg)
     assert pc is not None and (pc.total, pc.largest_layer) == (total, largest)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**7), st.floats(),
+                    st.text(max_size=12), st.lists(st.integers(), max_size=3))
+_KEYS = st.sampled_from(["model_type", "hidden_size", "num_hidden_layers", "vocab_size",
+                         "intermediate_size", "num_attention_heads", "num_key_value_heads",
+                         "head_dim", "n_embd", "n_layer", "n_positions", "d_model", "d_kv",
+                         "num_heads", "d_ff", "num_layers", "ffn_dim", "max_position_embeddings",
+                         "torch_dtype", "dtype", "tie_word_embeddings", "word_embed_proj_dim",
+                         "num_kv_heads", "new_decoder_architecture", "quantization_config",
+                         "architectures", "_name_or_path", "feed_forward_proj"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _VALUES, max_size=14),
+       st.sampled_from(list(SUPPORTED_MODEL_TYPES) + ["bert"]))
+def test_any_config_dict_gives_info_not_a_crash(cfg, mt) -> None:
+    cfg = dict(cfg, model_type=mt)
+    info = model_info_from_config(cfg)
+    if info.params is not None:
+        assert isinstance(info.params.total, int) and isinstance(info.params.largest_layer, int)
+        assert info.params.total >= 0 and info.params.largest_layer <= info.params.total

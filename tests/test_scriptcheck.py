@@ -178,3 +178,36 @@ def test_never_executes(tmp_path: Path) -> None:
     src = f"open({str(marker)!r}, 'w').write('x')\nmodel.generate(x)\n"
     check_source(src)
     assert not marker.exists()
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=400), st.binary(max_size=200)))
+def test_any_input_is_facts_or_usage_error(src) -> None:
+    try:
+        f = check_source(src, "fuzz.py")
+    except UsageError as exc:
+        assert "\n" not in str(exc)
+        return
+    f.generate_without_sync(), f.hf_ds_config_problems(), f.quant_storage_mismatches()
+    f.to_dict()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([
+    "model.generate(x, synced_gpus=False)\n", "d = HfDeepSpeedConfig(c)\n",
+    "HfDeepSpeedConfig(c)\n", "m = AutoModel.from_pretrained(p, torch_dtype=torch.float16)\n",
+    "b = BitsAndBytesConfig(bnb_4bit_quant_storage=torch.bfloat16)\n",
+    "a = TrainingArguments('o')\n", "def f():\n    model.generate(**kw)\n",
+    "class T(Trainer):\n    pass\n", "m.merge_and_unload()\n"]), max_size=10))
+def test_generated_scripts_give_consistent_lines(lines) -> None:
+    src = "".join(lines)
+    f = check_source(src)
+    text = src.splitlines()
+    for g in f.generate_calls:
+        assert "generate" in text[g.site.line - 1]
+    for m in f.merges:
+        assert "merge_and_unload" in text[m.line - 1]
