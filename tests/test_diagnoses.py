@@ -251,3 +251,56 @@ def test_real_zero3_generate_scenario(capsys) -> None:
         rc, rep = _analyze_json([str(d2 / "generate.log"), "--config", str(d2 / "ds_config.json"),
                                  "--script", str(synced)], capsys)
         assert not _by_rule(rep, "DS202") and not _by_rule(rep, "DS107")
+
+
+# ------------------------------------------------------------------------- robustness
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ODD = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**10), st.sampled_from(
+    ["auto", "cpu", "nvme", "none", "3", "", "5e8", "true"]), st.floats(allow_nan=False),
+    st.just({}), st.just([]))
+_CFG = st.fixed_dictionaries({}, optional={
+    "train_batch_size": _ODD, "train_micro_batch_size_per_gpu": _ODD,
+    "gradient_accumulation_steps": _ODD, "gradient_clipping": _ODD,
+    "fp16": st.fixed_dictionaries({}, optional={"enabled": _ODD, "initial_scale_power": _ODD}),
+    "bf16": st.fixed_dictionaries({}, optional={"enabled": _ODD}),
+    "optimizer": st.fixed_dictionaries({}, optional={"type": _ODD, "params": st.just({"lr": 1})}),
+    "zero_optimization": st.fixed_dictionaries({}, optional={
+        "stage": _ODD, "overlap_comm": _ODD, "allgather_bucket_size": _ODD,
+        "reduce_bucket_size": _ODD, "stage3_max_live_parameters": _ODD,
+        "offload_optimizer": st.fixed_dictionaries({}, optional={"device": _ODD}),
+        "offload_param": st.fixed_dictionaries({}, optional={"device": _ODD})})})
+_LOG_LINES = st.lists(st.sampled_from([
+    NAN_LINE, HANG_LINE, SIGKILL_LINES,
+    "[2021-11-27 00:36:54,800] [INFO] [stage2.py:1628:step] [deepscale] OVERFLOW! Rank 0 "
+    "Skipping step. Attempted loss scale: 1, reducing to 1\n",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0; 4.00 "
+    "GiB total capacity; 1.68 GiB already allocated; 0 bytes free; 2.72 GiB reserved in total by "
+    "PyTorch)\n",
+    "exits with return code = -11\n",
+    "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\n",
+    "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 4.5e-06, 'epoch': 0.66}\n",
+    "RuntimeError: Timed out initializing process group in store based barrier on rank: 7, for "
+    "key: store_based_barrier_key:32 (world_size=8, worker_count=4, timeout=0:00:30)\n"]),
+    max_size=6)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(cfg=_CFG, lines=_LOG_LINES, with_model=st.booleans(), ram=st.integers(0, 2**40),
+       script=st.sampled_from(["", "model.generate(x, synced_gpus=False)\n",
+                               "HfDeepSpeedConfig(c)\nm.merge_and_unload()\n"]))
+def test_rules_never_crash(tmp_path_factory, cfg, lines, with_model, ram, script) -> None:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    configs = [_w(tmp, "ds.json", cfg)]
+    logs = [_w(tmp, "t.log", "".join(lines))] if lines else []
+    model = str(Path(_w(tmp, "m/config.json", LLAMA2_7B)).parent) if with_model else None
+    env = _w(tmp, "env.json", {"cpu": {"count": 4, "ram_total_bytes": ram}, "gpus": [],
+                               "packages": {}})
+    scripts = [_w(tmp, "s.py", script)] if script else []
+    rep = run_analysis(logs, configs=configs, model=model, env=env, scripts=scripts,
+                       engine="python")
+    for f in rep.findings:
+        assert f.rule and f.message and f.severity in ("error", "warning", "info")
