@@ -341,5 +341,5 @@ __all__ = [
     "Outcome", "RssWatchdog", "Run", "SAMPLE_LOGS", "SCENARIO_DIR", "deepspeed_cmd", "driver_main", "env_snapshot",
     "free_port", "launcher_env", "package_versions", "patch_cpu_fp16", "read_log", "require",
     "run_logged", "set_deepspeed_log_level", "torchrun_cmd", "worker_args", "write_expected",
-    "write_json", "write_readme", "shutil",
+    "write_json", "write_readme",
 ]
