@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import socket
 import subprocess
 import sys
