@@ -396,6 +396,24 @@ def _model_states_gpu(ctx: Context, stage: int, opt: bool, param: bool) -> int |
     return row.gpu_bytes
 
 
+_STEP_FUNCS = {"_optimizer_step", "step", "_take_model_step", "unscale_and_clip_grads",
+               "_optimizer_states_and_gradient_swap_in", "_prepare_fp32_grad_for_sub_group",
+               "_reassign_or_swap_out_partitioned_parameters"}
+
+
+def _optimizer_step_frame(ctx: Context, s: Symptom) -> str | None:
+    """'stage3.py _optimizer_step, line N' when a DeepSpeed optimizer-step frame precedes the OOM."""
+    ooms = [(e.file, e.line) for e in s.evidence]
+    for f in ctx.facts_named("ds-frame"):
+        func = f.values.get("func")
+        if func not in _STEP_FUNCS:
+            continue
+        ev = f.evidence
+        if any(ev.file == fl and abs(ev.line - ln) <= 200 for fl, ln in ooms):
+            return f"{f.values.get('module')}.py {func}, log line {ev.line}"
+    return None
+
+
 def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS105: CUDA OOM, with the next rung of the memory ladder for this config."""
     s = ctx.symptom("gpu-oom")
@@ -465,11 +483,20 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
         sub = ctx.cfg_get("zero_optimization.sub_group_size", 1e9)
         steps.append(f"lower zero_optimization.stage3_max_live_parameters ({_num(live)}) and "
                      f"stage3_max_reuse_distance ({_num(reuse)}) to 1e8")
-        steps.append(f"if the OOM is in the optimizer step, lower sub_group_size "
-                     f"({_num(sub)}) to 1e8")
+        if _optimizer_step_frame(ctx, s) is None:
+            steps.append(f"if the OOM is in the optimizer step, lower sub_group_size "
+                         f"({_num(sub)}) to 1e8")
         steps.append("then NVMe offload (ZeRO-Infinity: offload_param/offload_optimizer "
                      'device "nvme" with nvme_path), or more GPUs')
         path = path or "zero_optimization.stage3_max_live_parameters"
+    step_frame = _optimizer_step_frame(ctx, s)
+    if step_frame is not None and stage is not None and stage >= 3:
+        sub = ctx.cfg_get("zero_optimization.sub_group_size", 1e9)
+        steps.insert(0, f"the OOM is in the optimizer step ({step_frame}): lower "
+                        f"zero_optimization.sub_group_size ({_num(sub)}) to 1e8 first")
+        path = "zero_optimization.sub_group_size"
+    elif step_frame is not None:
+        head += f" It happened in the optimizer step ({step_frame})."
     if any(sc.generate_calls for sc in ctx.scripts):
         steps.append("in generate(), fewer beams (num_beams) and a smaller batch")
     steps.append("a smaller per-device batch with more gradient accumulation")

@@ -304,3 +304,19 @@ def test_rules_never_crash(tmp_path_factory, cfg, lines, with_model, ram, script
                        engine="python")
     for f in rep.findings:
         assert f.rule and f.message and f.severity in ("error", "warning", "info")
+
+
+def test_gpu_oom_in_optimizer_step_lowers_sub_group_size(tmp_path: Path) -> None:
+    # hiyouga/LlamaFactory#7532: the OOM traceback runs through ZeRO-3's _optimizer_step.
+    log = _w(tmp_path, "oom.log",
+             '  File "/root/anaconda3/envs/llama-factory/lib/python3.10/site-packages/deepspeed/'
+             'runtime/zero/stage3.py", line 947, in _optimizer_step\n'
+             "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.39 GiB. GPU 1 "
+             "has a total capacity of 79.32 GiB of which 2.40 GiB is free.\n")
+    cfg = _w(tmp_path, "z3.json", {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}})
+    rep = run_analysis([log], configs=[cfg], engine="python")
+    f = next(x for x in rep.findings if x.rule == "DS105")
+    assert f.config_path == "zero_optimization.sub_group_size"
+    assert f.fix.startswith("Next: the OOM is in the optimizer step (stage3.py _optimizer_step")
+    assert f.fix.count("sub_group_size") == 1
