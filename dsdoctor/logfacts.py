@@ -376,6 +376,75 @@ def config_from_engine_items(items: dict[str, str]) -> dict[str, Any]:
     return cfg
 
 
+# ------------------------------------------------------------------------------ json block
+
+_MAX_BLOCK_LINES = 2000  # DeepSpeed's pretty-printed configs are a few hundred lines at most
+
+
+def read_json_block(path: str, line: int) -> dict[str, Any] | None:
+    """The user config DeepSpeed printed as ``json = {`` at ``line`` of ``path``, re-read whole.
+
+    The scanner's pattern joins only a few lines; a long block is read back from the file
+    (plain or gz; never standard input) until its braces balance. None when it cannot be.
+    """
+    if not path or path in ("-", "<stdin>") or line < 1:
+        return None
+    from dsdoctor.errors import UsageError
+    from dsdoctor.reader import normalize, open_log
+
+    try:
+        log = open_log(path)
+    except UsageError:
+        return None
+    parts: list[str] = []
+    depth = 0
+    try:
+        for n, raw in enumerate(log.stream, start=1):
+            if n < line:
+                continue
+            text = normalize(raw).text
+            if n == line:
+                i = text.find("json = {")
+                if i < 0:
+                    return None
+                text = text[i + len("json = "):]
+            parts.append(text)
+            depth += _brace_delta(text)
+            if depth <= 0 or n - line > _MAX_BLOCK_LINES:
+                break
+    except (OSError, EOFError, ValueError):
+        return None
+    finally:
+        log.close()
+    if depth != 0:
+        return None
+    try:
+        data = json.loads(re.sub(r"(:\s*-?)inf\b", r"\1Infinity", "\n".join(parts)))
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _brace_delta(text: str) -> int:
+    """Net '{' minus '}' outside JSON strings."""
+    d, quote, esc = 0, False, False
+    for ch in text:
+        if quote:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                quote = False
+        elif ch == '"':
+            quote = True
+        elif ch == "{":
+            d += 1
+        elif ch == "}":
+            d -= 1
+    return d
+
+
 # ------------------------------------------------------------------------------ extraction
 
 def _first(lf: LogFacts, name: str, ev: Evidence) -> None:
@@ -418,6 +487,11 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
                 data = None
             if isinstance(data, dict):
                 json_configs.append(data)
+        elif f.name == "ds-config-json-start":
+            if not json_configs:
+                data = read_json_block(ev.file, ev.line)
+                if isinstance(data, dict):
+                    json_configs.append(data)
         elif f.name == "accelerate-ds-config":
             d = literal(v.get("dict", ""))
             if isinstance(d, dict) and lf.accelerate_ds_config is None:

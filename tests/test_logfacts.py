@@ -183,7 +183,8 @@ def test_parse_argv() -> None:
 # --------------------------------------------------------------------------- end to end
 
 def test_real_ds_0198_run() -> None:
-    scan = scan_text(DS_0198_ZERO2_OFFLOAD, "ds.log", engine="python")
+    # scan_text: no file to re-read the long json block from, so the attribute dump is used.
+    scan = scan_text(DS_0198_ZERO2_OFFLOAD, "<excerpt>", engine="python")
     lf = extract(scan.facts)
     # The runner prints its own command; the launcher prints the spawned script's argv.
     assert {li.launcher for li in lf.launches} == {"deepspeed"}
@@ -314,3 +315,39 @@ def test_extract_never_raises(items) -> None:
 
 def test_huge_integer_text_stays_text() -> None:
     assert coerce("9" * 5000) == "9" * 5000
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_long_json_block_is_read_back_from_the_file(tmp_path, compressed) -> None:
+    import gzip
+
+    from dsdoctor.scan import scan_files
+
+    data = DS_0198_ZERO2_OFFLOAD.encode()
+    p = tmp_path / ("ds.log.gz" if compressed else "ds.log")
+    p.write_bytes(gzip.compress(data) if compressed else data)
+    lf = extract(scan_files([str(p)], engine="python").facts)
+    assert lf.ds_config_source == "json"
+    assert lf.ds_config == {
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+        "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 3e-05, "betas": [0.9, 0.999],
+                                                  "eps": 1e-08, "weight_decay": 0.0}},
+        "zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8,
+                              "allgather_bucket_size": 5e8,
+                              "offload_optimizer": {"device": "cpu", "pin_memory": True}},
+        "bf16": {"enabled": True}, "steps_per_print": 1, "log_level": "info"}
+
+
+def test_truncated_json_block_falls_back(tmp_path) -> None:
+    from dsdoctor.logfacts import read_json_block
+
+    text = DS_0198_ZERO2_OFFLOAD.rsplit("}", 2)[0]  # the block's closing braces cut off
+    p = tmp_path / "cut.log"
+    p.write_text(text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if "json = {" in ln)
+    assert read_json_block(str(p), line) is None
+    assert read_json_block(str(tmp_path / "missing.log"), line) is None
+    assert read_json_block("-", 1) is None
+    lf = extract(scan_text(text, str(p), engine="python").facts)
+    assert lf.ds_config_source == "engine"
