@@ -540,6 +540,11 @@ def _strip_strings(v: Any) -> Any:
 
 def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Config values that differ from the Trainer's arguments (the Trainer refuses to start)."""
+    # A config the engine printed in the log already passed the Trainer's own check (the
+    # engine starts after it), with "auto" values filled in: comparing it again with
+    # default arguments can only be wrong.
+    if ctx.ds_source == "log":
+        return
     if ctx.uses_trainer and ctx.ds is not None and ctx.trainer_args:
         for ds_key, hf_name, hf_val, explicit in _pairs(ctx):
             if not ctx.cfg_has(ds_key):
