@@ -11,7 +11,7 @@ run (which is what makes ``"auto"`` legal in a DeepSpeed config). Every fact car
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
