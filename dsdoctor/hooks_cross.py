@@ -293,6 +293,14 @@ def bf16_on_pre_ampere(ctx: Context, rule: Any) -> Iterator[Finding]:
     uses = bf16_in_use(ctx)
     if not uses:
         return
+    ds_v, ds_src = package_version(ctx, "deepspeed")
+    dsv = version_tuple(ds_v)
+    if dsv is not None and dsv < (0, 6, 0) and uses[0][0] == "bf16.enabled":
+        yield finding(
+            f"bf16 is enabled ({uses[0][1]}) but DeepSpeed {ds_v} (from the {ds_src}) predates "
+            "bf16 support, added in DeepSpeed 0.6.0: the bf16 section is ignored.",
+            fix="Upgrade DeepSpeed to 0.6.0 or newer (pip install -U deepspeed).",
+            path="bf16.enabled")
     old = _pre_ampere(ctx)
     if not old:
         if not _gpus(ctx) and not log_facts(ctx).gpus:
