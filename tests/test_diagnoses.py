@@ -320,3 +320,12 @@ def test_gpu_oom_in_optimizer_step_lowers_sub_group_size(tmp_path: Path) -> None
     assert f.config_path == "zero_optimization.sub_group_size"
     assert f.fix.startswith("Next: the OOM is in the optimizer step (stage3.py _optimizer_step")
     assert f.fix.count("sub_group_size") == 1
+
+
+def test_bf16_on_t4_from_nvidia_smi_in_the_log(tmp_path: Path) -> None:
+    log = _w(tmp_path, "t.log",
+             "|   0  Tesla T4            Off  | 00000000:00:04.0 Off |                    0 |\n")
+    cfg = _w(tmp_path, "bf.json", {"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True}})
+    rep = run_analysis([log], configs=[cfg], engine="python")
+    f = next(x for x in rep.findings if x.rule == "DS204")
+    assert "Tesla T4" in f.message and f.config_path == "bf16.enabled"
