@@ -117,7 +117,11 @@ the log shows (the launcher's `exits with return code = -9` after DeepSpeed's of
 what users see when the OOM killer strikes. `dmesg` would hold the kernel's own `Out of memory:
 Killed process ...` line, which is not in a training log.
 
-A correct analysis reports the `cpu-oom` symptom (return code -9 = SIGKILL), the DS106
+Depending on where the survivor is when its peer dies, the other rank may also print a gloo error
+such as `RuntimeError: [.../gloo/transport/tcp/pair.cc:553] Connection closed by peer ... This is
+typically caused by a remote worker crashing`: a consequence of the kill, not a hang or a timeout.
+
+A correct analysis reports the `cpu-oom` symptom (return code -9 = SIGKILL), no `hang`, the DS106
 cpu-oom-killed finding and, given `--config ds_config.json --model model_config.json --env env.json`,
 DS203 (offload needs more CPU RAM than the node has), with the fix (more RAM, offload less, or a
 smaller model per node). Nothing in DeepSpeed was patched; its logger is at INFO.
