@@ -903,6 +903,10 @@ def config_differs_from_log(ctx: Context, rule: Any) -> Iterator[Finding]:
         theirs = lookup(ctx.ds_from_log, path, missing)
         if theirs is missing or theirs == "auto":
             continue
+        # Accelerate (so the Trainer too) always overwrites steps_per_print with inf
+        # (accelerate/utils/dataclasses.py): not a sign of another config.
+        if path == "steps_per_print" and isinstance(theirs, float) and math.isinf(theirs):
+            continue
         if _same(mine, theirs) or (_numlike(mine) is not None and _numlike(theirs) is not None
                                    and math.isclose(_numlike(mine), _numlike(theirs))):
             continue
