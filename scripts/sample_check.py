@@ -9,8 +9,8 @@ A scenario folder holds ``*.log`` / ``*.log.gz`` (the logs), ``ds_config*.json``
 ``accelerate*.yaml`` (configs), optionally ``model_config.json`` and ``env.json``, and
 ``expected.json``: ``{"symptoms": [...], "rules": [...], "must_not": [...]}`` plus, optionally,
 ``"max_severity"`` (the worst finding severity a correct analysis may report, e.g. ``"info"`` for a
-healthy-but-noisy run) and ``"scripts"`` (training scripts, relative to the repository, to pass
-with ``--script``).
+healthy-but-noisy run), ``"must_not_rules"`` (rule codes that would be wrong diagnoses) and
+``"scripts"`` (training scripts, relative to the repository, to pass with ``--script``).
 """
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ class Expected:
     must_not: tuple[str, ...]
     max_severity: str | None = None
     scripts: tuple[str, ...] = ()
+    must_not_rules: tuple[str, ...] = ()
 
     @classmethod
     def load(cls, folder: Path) -> Expected:
         """Read ``folder/expected.json``."""
         d = json.loads((folder / "expected.json").read_text(encoding="utf-8"))
         return cls(tuple(d.get("symptoms", ())), tuple(d.get("rules", ())),
-                   tuple(d.get("must_not", ())), d.get("max_severity"), tuple(d.get("scripts", ())))
+                   tuple(d.get("must_not", ())), d.get("max_severity"), tuple(d.get("scripts", ())),
+                   tuple(d.get("must_not_rules", ())))
 
 
 def scenarios(root: Path = SAMPLE_LOGS) -> list[str]:
@@ -121,6 +123,7 @@ def problems(report: dict[str, Any], expected: Expected) -> list[str]:
     out = [f"symptom {k!r} not reported" for k in expected.symptoms if k not in kinds]
     out += [f"rule {r} not reported" for r in expected.rules if r not in rules]
     out += [f"false positive symptom {k!r}" for k in expected.must_not if k in kinds]
+    out += [f"wrong diagnosis {r}" for r in expected.must_not_rules if r in rules]
     if expected.max_severity:
         limit = SEVERITY_RANK[expected.max_severity]
         out += [f"finding {f['rule']} has severity {f['severity']} > {expected.max_severity}"

@@ -45,6 +45,8 @@ def _cases() -> list:
         cases += [pytest.param(s, "symptom", k, id=f"{s}-symptom-{k}") for k in exp.symptoms]
         cases += [pytest.param(s, "rule", r, id=f"{s}-rule-{r}") for r in exp.rules]
         cases += [pytest.param(s, "must_not", k, id=f"{s}-must_not-{k}") for k in exp.must_not]
+        cases += [pytest.param(s, "must_not_rule", r, id=f"{s}-must_not_rule-{r}")
+                  for r in exp.must_not_rules]
         if exp.max_severity:
             cases.append(pytest.param(s, "max_severity", exp.max_severity,
                                       id=f"{s}-max_severity-{exp.max_severity}"))
@@ -67,7 +69,8 @@ def test_every_scenario_folder_is_complete() -> None:
         for kind in (*exp.symptoms, *exp.must_not):
             assert kind in SYMPTOM_KINDS, f"{s}: unknown symptom kind {kind!r}"
         assert not set(exp.symptoms) & set(exp.must_not), f"{s}: a kind is both expected and not"
-        for rule in exp.rules:
+        assert not set(exp.rules) & set(exp.must_not_rules), f"{s}: a rule is both expected and not"
+        for rule in (*exp.rules, *exp.must_not_rules):
             assert rule[:2] == "DS" and rule[2:].isdigit(), f"{s}: bad rule code {rule!r}"
 
 
@@ -84,6 +87,8 @@ def test_analyze_finds_what_expected_says(scenario: str, what: str, item: str) -
             assert ev["file"].startswith(f"sample_logs/{scenario}/") and ev["line"] >= 1
     elif what == "rule":
         assert item in rules, f"{scenario}: rule {item} not reported (got {sorted(rules)})"
+    elif what == "must_not_rule":
+        assert item not in rules, f"{scenario}: wrong diagnosis {item}: {rules[item]['title']}"
     elif what == "must_not":
         assert item not in kinds, f"{scenario}: false positive {item!r}: " + json.dumps(
             next(s for s in rep["symptoms"] if s["kind"] == item)["first"])
