@@ -127,10 +127,11 @@ A healthy run: `transformers.Trainer` with its DeepSpeed integration (`TrainingA
 "ds_config.json", bf16=True, max_steps={STEPS}, logging_steps=10, ...)`) trains a tiny GPT-2 (2 layers,
 64 wide, built from `model_config.json`, random init, nothing downloaded) as a causal LM on a
 synthetic token stream, ZeRO stage 2, on 2 ranks (CPU accelerator, gloo) under the `deepspeed`
-launcher. The log holds the Trainer's logging dicts (`{{'loss': ..., 'grad_norm': ...,
-'learning_rate': ..., 'epoch': ...}}`), its tqdm progress bar (with `\\r`), DeepSpeed's engine config
-dump (words like `loss_scale`, `overflow`, `fp16`) and step lines; the loss goes down and the run
-exits 0.
+launcher. The log holds the Trainer's logging dicts (Transformers 5 prints the values as quoted
+strings: `{{'loss': '1.189', 'grad_norm': '0.6703', 'learning_rate': '0.0001889', 'epoch': '0.9766'}}`),
+its tqdm progress bar (with `\\r`) and DeepSpeed's engine config dump (words like `loss_scale`,
+`overflow`, `fp16`); Accelerate sets `steps_per_print` to infinity, so DeepSpeed prints no step
+lines. The loss goes down and the run exits 0.
 
 A correct analysis reports no symptom of failure and no error finding (`max_severity: warning` in
 expected.json: config lints may still warn).
