@@ -598,7 +598,11 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     timeout = vals(s, "timeout_ms", "max")
     ws = vals(s, "world_size", "max")
     joined = vals(s, "joined", "min")
-    head = f"A collective operation or barrier timed out (line {s.first.line}"
+    lost_peer = any(re.search(r"closed by peer|connection reset|lost peer", e.text, re.I)
+                    for e in s.evidence)
+    head = (f"A collective lost its peer: the connection to another rank closed (line "
+            f"{s.first.line}" if lost_peer else
+            f"A collective operation or barrier timed out (line {s.first.line}")
     if op:
         head += f", op {op}"
     if isinstance(timeout, (int, float)):
@@ -609,6 +613,7 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     path = None
     # 1. A rank that died first: the others wait for it until the timeout.
     hang_lines = {(e.file, e.line) for e in s.evidence}
+    consequence = False
     for kind in ("gpu-oom", "cpu-oom", "python-exception"):
         other = ctx.symptom(kind)
         if other is None:
@@ -622,8 +627,9 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
             where = own[0]
         else:
             where = other.first
-        causes.append(f"a rank failed first ({kind} at line {where.line}): the others "
-                      "waited for it until the timeout; fix that failure")
+        causes.append(f"another rank failed ({kind} at line {where.line}) and the others "
+                      "lost it or waited for it until the timeout; fix that failure")
+        consequence = True
         break
     # 2. Store barrier: not all workers started.
     if isinstance(ws, int) and isinstance(joined, int) and joined < ws:
@@ -667,8 +673,9 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     fixes.append("rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) to see which "
                  "rank is missing; if a step is legitimately long, raise the timeout "
                  "(Trainer --ddp_timeout, deepspeed.init_distributed(timeout=...))")
+    # A timeout that only follows another rank's failure is a consequence, not the problem.
     yield finding(head + " Likely: " + "; ".join(causes) + ".", fix="; ".join(fixes) + ".",
-                  path=path, evidence=s.evidence)
+                  path=path, evidence=s.evidence, severity="warning" if consequence else "")
 
 
 # --------------------------------------------------------------------- DS108 op build failure
