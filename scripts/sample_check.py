@@ -137,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         SAMPLE_LOGS / s for s in scenarios()]
     bad = 0
     for folder in folders:
+        if not (folder / "expected.json").is_file():
+            print(f"{folder}: no expected.json (not a scenario folder, or its run failed)")
+            bad += 1
+            continue
         code, out, err = run_analyze(folder)
         if code == 2:
             print(f"{folder.name}: analyze failed: {err.strip()}")
