@@ -673,6 +673,9 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     fixes.append("rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) to see which "
                  "rank is missing; if a step is legitimately long, raise the timeout "
                  "(Trainer --ddp_timeout, deepspeed.init_distributed(timeout=...))")
+    # A peer lost because another rank died is fully explained by that rank's finding.
+    if consequence and lost_peer:
+        return
     # A timeout that only follows another rank's failure is a consequence, not the problem.
     yield finding(head + " Likely: " + "; ".join(causes) + ".", fix="; ".join(fixes) + ".",
                   path=path, evidence=s.evidence, severity="warning" if consequence else "")

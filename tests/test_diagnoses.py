@@ -329,3 +329,12 @@ def test_bf16_on_t4_from_nvidia_smi_in_the_log(tmp_path: Path) -> None:
     rep = run_analysis([log], configs=[cfg], engine="python")
     f = next(x for x in rep.findings if x.rule == "DS204")
     assert "Tesla T4" in f.message and f.config_path == "bf16.enabled"
+
+
+def test_lost_peer_after_a_kill_is_left_to_the_kill(tmp_path: Path) -> None:
+    # gloo reports the dead rank's closed socket on the survivor; DS106 explains it.
+    log = _w(tmp_path, "t.log",
+             "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+             "pair.cc:553] Connection closed by peer [127.0.0.1]:8099\n" + SIGKILL_LINES)
+    rules = {f.rule for f in run_analysis([log], engine="python").findings}
+    assert "DS106" in rules and "DS107" not in rules
