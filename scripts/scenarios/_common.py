@@ -45,13 +45,12 @@ def patch_cpu_fp16() -> None:
     Only that capability answer is patched: fp16 tensors work on CPU (slowly), so DeepSpeed's real
     fp16 optimizer, overflow check and dynamic loss scaler run unchanged.
     """
+    import torch
     from deepspeed.accelerator import get_accelerator
 
-    acc = get_accelerator()
-    type(acc).is_fp16_supported = lambda self: True  # type: ignore[method-assign]
-    type(acc).supported_dtypes = lambda self: [  # type: ignore[method-assign]
-        __import__("torch").float, __import__("torch").bfloat16, __import__("torch").float16
-    ]
+    cls = type(get_accelerator())
+    cls.is_fp16_supported = lambda self: True  # type: ignore[method-assign]
+    cls.supported_dtypes = lambda self: [torch.float, torch.bfloat16, torch.float16]  # type: ignore[method-assign]
 
 
 def set_deepspeed_log_level(level: str = "info") -> None:
