@@ -1,7 +1,7 @@
 """Every shipped format pattern against its own real sample lines and negatives.
 
-For each symptom and timeline pattern of dsdoctor/formats/*.yaml (facts.yaml, the log facts of
-the rules engine, has its owner's tests; the engine checks below still load it):
+For each pattern of dsdoctor/formats/*.yaml except facts.yaml (the rules engine's log facts,
+tested by their owner; the engine checks below still load it):
 - every sample line, normalized exactly as the scanner does it (reader.normalize: ANSI, quote
   markers, rank prefixes), matches through the loader's own matching function
   (``Pattern.match_lines``, with ``join_next`` lines for hard-wrapped samples), and yields the
@@ -29,7 +29,7 @@ from dsdoctor.prefilter import hyperscan_available, make_engine
 from dsdoctor.reader import normalize
 
 ALL_PATTERNS = load_patterns()
-PATTERNS = tuple(p for p in ALL_PATTERNS if p.format != "facts" and not p.is_fact)
+PATTERNS = tuple(p for p in ALL_PATTERNS if p.format != "facts")
 SAMPLES = [(p, i, s) for p in PATTERNS for i, s in enumerate(p.samples)]
 NEGATIVES = [(p, i, n) for p in PATTERNS for i, n in enumerate(p.negatives)]
 ENGINES = ["python"] + (["hyperscan"] if hyperscan_available() else [])
