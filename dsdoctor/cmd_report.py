@@ -60,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
         # overflows last because a few of them are normal.
         # evidence[0] is a finding's strongest line (the others may be context, such as the
         # first of many overflows before a collapse).
-        anchor = earliest([f.evidence[0] for f in report.findings if f.severity == "error" and f.evidence])
+        # A Python exception in the log is what a maintainer reads first: when there is one, let
+        # the excerpt start from the log's first traceback rather than from an earlier symptom
+        # line (a NaN loss some steps before the loss-scale exception, say).
+        if report.symptom("python-exception") is None:
+            anchor = earliest([f.evidence[0] for f in report.findings
+                               if f.severity == "error" and f.evidence])
         fallback = earliest([e for f in report.findings for e in f.evidence]) or earliest(
             [s.first for s in report.symptoms if s.kind != "fp16-overflow"]) or earliest(
             [s.first for s in report.symptoms])
