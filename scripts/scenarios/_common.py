@@ -127,6 +127,10 @@ def launcher_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # --hardware`; releases up to 0.15 crash in the launcher when numactl is not installed. Every
     # scenario runs 2 ranks on one node.
     env.setdefault("LOCAL_SIZE", "2")
+    # One JIT-op cache per DeepSpeed release: releases share op names but not sources, so with one
+    # shared cache every switch between releases (CI runs two) rebuilds the ops (~1 min each).
+    ds = package_versions()["deepspeed"] or "none"
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "torch_extensions" / f"deepspeed-{ds}"))
     env.update(extra or {})
     return env
 
