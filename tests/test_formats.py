@@ -162,16 +162,36 @@ def _near_misses(pattern) -> list[str]:
     return [normalize(t.encode("utf-8")).text for t in texts]  # capped like a real segment
 
 
-@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
-def test_no_catastrophic_backtracking_on_long_segments(pattern):
-    """Segments are capped at 16k chars; no pattern may go quadratic on near-misses of that size."""
+def _cost(pattern, texts) -> float:
+    """Best of three timings of matching every text (best-of damps a loaded machine)."""
     import time  # noqa: PLC0415
 
-    for text in _near_misses(pattern):
+    best = float("inf")
+    for _ in range(3):
         t0 = time.perf_counter()
-        pattern.match(text)
-        elapsed = time.perf_counter() - t0
-        assert elapsed < 0.25, f"{pattern.id}: {elapsed:.2f}s on a {len(text)}-char near-miss"
+        for text in texts:
+            pattern.match(text)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("pattern", ALL_PATTERNS, ids=lambda p: p.id)
+def test_no_catastrophic_backtracking_on_long_segments(pattern):
+    """Segments are capped at 16k chars; no pattern may go quadratic on near-misses of that size.
+
+    Not a timed assertion: the cost on 16k-char near-misses is compared with the cost on the same
+    near-misses cut to 4k chars, in the same run. Linear matching costs about 4x as much on 4x the
+    text; quadratic backtracking costs about 16x. A pattern that needs under 20 ms for all its
+    16k-char near-misses together is harmless whatever its shape (segments are capped at 16k).
+    """
+    long = _near_misses(pattern)
+    short = [t[: len(t) // 4] for t in long]
+    t_long = _cost(pattern, long)
+    if t_long < 0.02:
+        return
+    t_short = max(_cost(pattern, short), 1e-4)
+    assert t_long / t_short < 9, (f"{pattern.id}: {t_long:.3f}s on 16k-char near-misses vs "
+                                  f"{t_short:.3f}s on 4k-char ones: superlinear backtracking")
 
 
 def test_docs_list_every_format():
