@@ -184,19 +184,14 @@ def test_env_vars_are_filtered_and_redacted() -> None:
     assert "hf_AbCd" not in json.dumps(env)
 
 
-def test_cli_env_is_fast_without_torch_and_round_trips(tmp_path: Path) -> None:
+def test_cli_env_round_trips(tmp_path: Path) -> None:
+    # (its speed is measured by bench/bench_env.py against a bare interpreter, not asserted here)
     out = tmp_path / "env.json"
-    t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "dsdoctor", "env", "--format", "json", "--output", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     snap = envinfo.load_snapshot(str(out))
     assert snap["cpu"]["count"] == os.cpu_count()
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        assert elapsed < 2.0, f"dsdoctor env took {elapsed:.2f}s without torch"
 
 
 def test_cli_markdown_and_text(capsys: pytest.CaptureFixture[str]) -> None:
