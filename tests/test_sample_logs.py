@@ -142,3 +142,16 @@ def test_golden_rendering(scenario: str, ext: str, update_golden: bool) -> None:
     want = path.read_text(encoding="utf-8")
     assert got == want, (f"{scenario} {FORMATS[ext]} rendering changed; if intended, run "
                          f"pytest tests/test_sample_logs.py --update-golden and review git diff")
+
+
+def test_checker_flags_every_kind_of_miss() -> None:
+    """sample_check.problems() (also used by the live tests) reports each way a report can be wrong."""
+    exp = sample_check.Expected(symptoms=("hang",), rules=("DS107",), must_not=("cpu-oom",),
+                                max_severity="warning", must_not_rules=("DS106",))
+    good = {"symptoms": [{"kind": "hang"}], "findings": [{"rule": "DS107", "severity": "warning"}]}
+    assert sample_check.problems(good, exp) == []
+    bad = {"symptoms": [{"kind": "cpu-oom"}],
+           "findings": [{"rule": "DS106", "severity": "error"}]}
+    assert sample_check.problems(bad, exp) == [
+        "symptom 'hang' not reported", "rule DS107 not reported", "false positive symptom 'cpu-oom'",
+        "wrong diagnosis DS106", "finding DS106 has severity error > warning"]
