@@ -78,9 +78,9 @@ def timeline_summary(points: tuple[TimelinePoint, ...]) -> str:
     return ", ".join(parts)
 
 
-def _ev_line(ev: Evidence) -> str:
+def _ev_line(ev: Evidence, name: str | None = None) -> str:
     rank = f" [rank {ev.rank}]" if ev.rank is not None else ""
-    return f"{ev.file}:{ev.line}{rank}: {ev.text}"
+    return f"{name or ev.file}:{ev.line}{rank}: {ev.text}"
 
 
 def _counts(report: Report) -> dict[str, int]:
@@ -90,23 +90,50 @@ def _counts(report: Report) -> dict[str, int]:
     return c
 
 
+def short_names(report: Report) -> dict[str, str]:
+    """File -> the shortest unambiguous name (the base name when those are unique)."""
+    import os  # noqa: PLC0415
+
+    paths = [f.path for f in report.files]
+    bases = [os.path.basename(p) for p in paths]
+    if len(set(bases)) == len(bases):
+        return dict(zip(paths, bases))
+    return {p: p for p in paths}
+
+
 # --- text (rich) -------------------------------------------------------------------------------
 
 def render_text(report: Report, color: bool = True, width: int | None = None) -> str:
     # rich is imported here, not at module level: JSON and Markdown output do not need it
     from rich.console import Console  # noqa: PLC0415
+    from rich.padding import Padding  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=color, no_color=not color, width=width or 110,
                       highlight=False, soft_wrap=False)
+    names = short_names(report)
+
+    def loc(ev: Evidence) -> str:
+        return f"{names.get(ev.file, ev.file)}:{ev.line}"
+
+    def evidence(ev: Evidence, indent: int) -> None:
+        line = Text(" " * indent + "▸ ", style="dim")
+        line.append(_ev_line(ev, names.get(ev.file)), style="dim")
+        console.print(line, overflow="ellipsis", no_wrap=True)
+
+    def para(text: Text | str, indent: int = 8) -> None:
+        console.print(Padding(text if isinstance(text, Text) else Text(text), (0, 0, 0, indent),
+                              expand=False))
+
     nlines = sum(f.lines for f in report.files)
     head = Text()
     head.append("dsdoctor analyze", style="bold")
     if report.files:
-        head.append(f" — {len(report.files)} file{'s' if len(report.files) != 1 else ''}, "
-                    f"{nlines:,} lines")
+        shown = ", ".join(f.path for f in report.files[:3])
+        more = f" and {len(report.files) - 3} more" if len(report.files) > 3 else ""
+        head.append(f" — {shown}{more}: {nlines:,} lines")
     else:
         head.append(" — pre-flight check (no log)")
     console.print(head)
@@ -125,19 +152,18 @@ def render_text(report: Report, color: bool = True, width: int | None = None) ->
             line.append(f"  {f.title}")
             console.print(line)
             if f.message:
-                console.print(Text(f"        {f.message}"))
+                para(f.message)
             if f.config_path:
                 where = f.config_file or "config"
                 if f.config_line:
                     where += f":{f.config_line}"
-                console.print(Text(f"        config: {where} {f.config_path}", style="dim"))
+                para(Text(f"config: {where} {f.config_path}", style="dim"))
             if f.fix:
-                fix = Text("        fix: ", style="green")
+                fix = Text("fix: ", style="bold green")
                 fix.append(f.fix)
-                console.print(fix)
+                para(fix)
             for ev in f.evidence[:EVIDENCE_IN_TEXT]:
-                console.print(Text(f"        ▸ {_ev_line(ev)}", style="dim"), overflow="ellipsis",
-                              no_wrap=True)
+                evidence(ev, 8)
     console.print()
     if report.symptoms:
         table = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
@@ -147,23 +173,26 @@ def render_text(report: Report, color: bool = True, width: int | None = None) ->
         table.add_column("last")
         table.add_column("ranks")
         for s in report.symptoms:
-            table.add_row(s.kind, str(s.count), s.first.location, s.last.location,
-                          _ranks(s.ranks))
+            table.add_row(s.kind, str(s.count), loc(s.first), loc(s.last), _ranks(s.ranks))
         console.print(Text("Symptoms", style="bold underline"))
         console.print(table)
+        console.print()
         for s in report.symptoms:
-            console.print(Text(f"{s.kind}", style="bold"), end="")
+            line = Text(f"{s.kind}", style="bold")
             summary = symptom_values_summary(s)
-            console.print(Text(f"  {summary}" if summary else ""))
+            if summary:
+                line.append(f"  {summary}", style="")
+            console.print(line)
             for ev in s.evidence[:EVIDENCE_IN_TEXT]:
-                console.print(Text(f"  ▸ {_ev_line(ev)}", style="dim"), overflow="ellipsis",
-                              no_wrap=True)
+                evidence(ev, 2)
     elif report.files:
         console.print(Text("No failure symptoms found in the log.", style="green"))
     tl = timeline_summary(report.timeline)
     if tl:
         console.print()
         console.print(Text(f"Timeline: {tl}"))
+    if report.notes:
+        console.print()
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
     c = _counts(report)
@@ -177,7 +206,8 @@ def render_text(report: Report, color: bool = True, width: int | None = None) ->
     console.print(summary)
     if report.findings:
         console.print(Text("Explain a rule: dsdoctor rules CODE", style="dim"))
-    return buf.getvalue()
+    # rich pads wrapped paragraphs to their width; trailing blanks only get in the way of diffs
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
