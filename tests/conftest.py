@@ -68,6 +68,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     python = config.getoption("--ds-python") or sys.executable
     problem = deepspeed_python_problem(python)
+    if problem and os.environ.get("DSDOCTOR_REQUIRE_DEEPSPEED"):
+        # CI installs DeepSpeed on purpose: there a missing DeepSpeed is a failure, not a skip
+        raise pytest.UsageError(f"DSDOCTOR_REQUIRE_DEEPSPEED is set but {problem}")
     if problem:
         skip = pytest.mark.skip(reason=f"DeepSpeed live tests skipped: {problem}")
         for item in ds_items:
