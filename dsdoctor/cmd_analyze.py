@@ -8,7 +8,7 @@ import sys
 
 from dsdoctor.errors import UsageError
 from dsdoctor.pipeline import build_report, evaluate
-from dsdoctor.prefilter import ENGINES
+from dsdoctor.cli_options import add_input_options
 from dsdoctor.render import render
 from dsdoctor.scan import ScanResult, scan_files
 
@@ -32,15 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("logs", nargs="*", metavar="LOG", help="log files (.gz ok), '-' for stdin")
-    p.add_argument("--config", action="append", default=[], metavar="FILE",
-                   help="DeepSpeed JSON or Accelerate YAML config (repeatable)")
-    p.add_argument("--model", metavar="PATH", help="model config.json or its directory")
-    p.add_argument("--env", metavar="FILE|local",
-                   help="environment snapshot from 'dsdoctor env --format json', or 'local'")
-    p.add_argument("--script", action="append", default=[], metavar="FILE",
-                   help="training script, analyzed statically (never run) (repeatable)")
-    p.add_argument("--ds-version", metavar="X.Y.Z",
-                   help="DeepSpeed release to lint the config against (default: from env/log)")
+    add_input_options(p)
     p.add_argument("--fix-out", metavar="FILE",
                    help="write a copy of the config with the safe fixes applied to FILE")
     p.add_argument("--force", action="store_true", help="let --fix-out overwrite FILE")
@@ -48,8 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour in text output (default: when writing to a terminal)")
-    p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="prefilter engine (default: hyperscan when installed, else pure Python)")
     p.set_defaults(func=run)
 
 

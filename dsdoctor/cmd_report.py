@@ -7,21 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dsdoctor.cli_options import add_input_options
 from dsdoctor.errors import UsageError
 
 
 def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """Run the analysis; the issue can still be written (from the log alone) if it fails."""
-    try:
-        from dsdoctor.pipeline import run_analysis
-    except ModuleNotFoundError as exc:
-        if exc.name != "dsdoctor.pipeline":
-            raise
-        return None, ["analysis pipeline not available: diagnosis omitted"]
+    from dsdoctor.pipeline import run_analysis  # noqa: PLC0415
     try:
         # The env is loaded (and validated) by us; the analysis gets the same argument.
         return run_analysis(logs=args.logs, configs=args.config or [], model=args.model,
-                            env=args.env, scripts=args.script or []), []
+                            env=args.env, scripts=args.script or [], engine=args.engine,
+                            ds_version=args.ds_version), []
     except UsageError:
         raise
     except Exception as exc:  # a bug in a rule must not stop the user from filing the issue
@@ -99,12 +96,7 @@ def register(subparsers: Any) -> None:
         "template: description, diagnosis, the first error with context (deduplicated across "
         "ranks), launch arguments, config and environment. Secrets are always redacted.")
     p.add_argument("logs", nargs="+", metavar="LOG", help="training log file(s), plain or .gz")
-    p.add_argument("--config", action="append", metavar="FILE",
-                   help="DeepSpeed JSON or Accelerate YAML config (repeatable)")
-    p.add_argument("--env", metavar="FILE|local",
-                   help="snapshot from 'dsdoctor env --format json' on the training node, or 'local'")
-    p.add_argument("--model", metavar="PATH", help="model config.json or directory")
-    p.add_argument("--script", action="append", metavar="FILE", help="training script (repeatable)")
+    add_input_options(p)
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")

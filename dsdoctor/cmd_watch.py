@@ -7,7 +7,7 @@ import sys
 import time
 
 from dsdoctor.errors import UsageError
-from dsdoctor.prefilter import ENGINES
+from dsdoctor.cli_options import add_input_options
 from dsdoctor.reader import open_log
 
 
@@ -20,12 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "per event instead (for scripts, CI and terminals without a TUI).",
     )
     p.add_argument("log", metavar="LOG")
-    p.add_argument("--config", action="append", default=[], metavar="FILE")
-    p.add_argument("--model", metavar="PATH")
-    p.add_argument("--env", metavar="FILE|local")
-    p.add_argument("--script", action="append", default=[], metavar="FILE")
-    p.add_argument("--ds-version", metavar="X.Y.Z")
-    p.add_argument("--engine", choices=ENGINES, default="auto")
+    add_input_options(p)
     p.add_argument("--from-end", action="store_true",
                    help="start at the end of the file (default: read it from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")

@@ -151,7 +151,8 @@ class BadValue:
 _BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
 
 
-def _as_number(v: Any) -> float | None:
+def as_number(v: Any) -> float | None:
+    """A number, also when written as a string ("8", "2e-5"); None for bools and the rest."""
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):
@@ -172,7 +173,7 @@ def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
         choices = rule["choices"]
         v = value
         if isinstance(value, str) and all(isinstance(c, int) for c in choices):
-            n = _as_number(value)
+            n = as_number(value)
             v = int(n) if n is not None and n.is_integer() else value
         if isinstance(v, bool) or v not in choices:
             return f"must be one of {', '.join(json.dumps(c) for c in choices)}"
@@ -184,7 +185,7 @@ def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
         if isinstance(value, str) and value.strip().lower() in _BOOL_STRINGS:
             return None
         return "must be true or false"
-    n = _as_number(value)
+    n = as_number(value)
     if typ in ("int", "float"):
         if n is None:
             return f"must be a number ({typ})"

@@ -56,15 +56,7 @@ def _num(v: Any) -> float | None:
 
 def _numlike(v: Any) -> float | None:
     """A number, also when written as a string ("8", "2e-5")."""
-    n = _num(v)
-    if n is not None:
-        return n
-    if isinstance(v, str):
-        try:
-            return float(v.strip())
-        except ValueError:
-            return None
-    return None
+    return dskeys.as_number(v)
 
 
 def _fmt(n: float) -> str:
