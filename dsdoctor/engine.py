@@ -39,6 +39,9 @@ import yaml
 from dsdoctor.context import Context
 from dsdoctor.model import SEVERITIES, SYMPTOM_KINDS, Finding
 
+# the C implementation when PyYAML has it: rules are loaded on every run
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 _CODE = re.compile(r"^DS\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _HOOK = re.compile(r"^dsdoctor\.[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -221,7 +224,7 @@ def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
     names: dict[str, str] = {}
     for filename, text in sorted(entries):
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - safe (C) loader
         except yaml.YAMLError as exc:
             raise RuleError(f"{filename}: not valid YAML ({exc})") from None
         rule = _rule_from_yaml(data, filename)

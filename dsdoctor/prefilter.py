@@ -13,8 +13,11 @@ segments and de-duplicates, so the *set* of (segment, pattern) candidates is ide
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from dsdoctor.formats import Pattern, required_literals
 
@@ -92,9 +95,7 @@ class HyperscanEngine:
             if p.caseless:
                 f |= hyperscan.HS_FLAG_CASELESS
             flags.append(f)
-        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-        db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
-        self._db = db
+        self._db = _cached_database(hyperscan, exprs, flags)
 
     def candidates(self, data, limit: int) -> list[tuple[int, int]]:
         """(offset inside a match, pattern index) pairs in ``data[:limit]``, sorted by offset."""
@@ -109,6 +110,40 @@ class HyperscanEngine:
         self._db.scan(memoryview(data)[:limit], match_event_handler=on_match)
         out.sort()
         return out
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("DSDOCTOR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "dsdoctor")
+    return Path(base)
+
+
+def _cached_database(hyperscan, exprs: list[bytes], flags: list[int]):
+    """Compile the database, or load it from the cache (compiling costs ~0.1 s per run).
+
+    The cache key covers the hyperscan version and every expression and flag, so a changed
+    format file or a new hyperscan never reuses a stale database. Any cache trouble (read-only
+    home, a corrupt file) falls back to compiling.
+    """
+    key = hashlib.sha256(repr((getattr(hyperscan, "__version__", ""), exprs, flags)).encode())
+    path = _cache_dir() / f"hs-{key.hexdigest()[:32]}.db"
+    try:
+        db = hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
+        db.scratch = hyperscan.Scratch(db)
+        return db
+    except Exception:  # noqa: BLE001 - no cache yet, or unusable: compile
+        pass
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(hyperscan.dumpb(db))
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 - a read-only cache is fine
+        pass
+    return db
 
 
 def hyperscan_available() -> bool:

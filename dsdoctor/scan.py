@@ -24,7 +24,7 @@ LOOKAHEAD_BYTES = 256 << 10
 MAX_BUFFER_BYTES = 64 << 20  # a single line longer than this is cut (segments stay capped anyway)
 SEGMENT_WINDOW = 8 << 10  # around a hit inside a huge \r/\n-free segment
 TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; above, sampled
-TIMELINE_TARGET_POINTS = 2000  # sampled windows per file (evenly spaced by byte offset)
+TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte offset)
 TIMELINE_WINDOW_BYTES = 4 << 10
 TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
 

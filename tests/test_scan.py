@@ -195,3 +195,26 @@ def test_big_file_timeline_is_sampled_and_bounded(patterns, monkeypatch):
     for p in res.timeline:
         assert p.loss == pytest.approx(p.line - 1 + 0.5)
     assert res.symptoms["fp16-overflow"].first.line == 30_001
+
+
+def test_every_shipped_pattern_compiles():
+    # the shipped formats compile their precise regexes lazily at run time: check them all here
+    from dsdoctor.formats import load_patterns
+
+    for p in load_patterns():
+        assert p.regex.pattern == p.source
+
+
+def test_hyperscan_database_cache_gives_the_same_results(patterns, tmp_path, monkeypatch):
+    if not hyperscan_available():
+        pytest.skip("hyperscan not installed")
+    monkeypatch.setenv("DSDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    data = ("\n".join(["x", OVERFLOW.format(a=8, b=4), "exits with return code = -9"]) + "\n").encode()
+    first = scan_bytes(patterns, data, "hyperscan")  # compiles and stores
+    assert list((tmp_path / "cache").glob("hs-*.db"))
+    second = scan_bytes(patterns, data, "hyperscan")  # loads
+    assert first.symptoms == second.symptoms
+    for f in (tmp_path / "cache").glob("hs-*.db"):
+        f.write_bytes(b"garbage")  # a corrupt cache entry is recompiled, not trusted
+    third = scan_bytes(patterns, data, "hyperscan")
+    assert third.symptoms == first.symptoms

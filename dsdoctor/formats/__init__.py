@@ -40,7 +40,7 @@ class Pattern:
     format: str
     emits: str  # symptom kind | "timeline" | "fact:<name>"
     prefilter: str
-    regex: Any  # compiled `regex` pattern
+    source: str  # the precise regex, compiled on first use (most patterns never see a candidate)
     caseless: bool = False
     join_next: int = 0
     strength: int = 1
@@ -55,6 +55,16 @@ class Pattern:
     @property
     def is_fact(self) -> bool:
         return self.emits.startswith("fact:")
+
+    @property
+    def regex(self) -> Any:
+        """The compiled precise pattern (``regex`` module), compiled once, on first use."""
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            flags = regex.IGNORECASE if self.caseless else 0
+            compiled = regex.compile(self.source, flags | regex.VERSION0)
+            object.__setattr__(self, "_compiled", compiled)
+        return compiled
 
     def match(self, text: str) -> dict[str, Any] | None:
         """Typed field values if the pattern matches ``text``, else None."""
@@ -131,7 +141,7 @@ def _check_keys(obj: dict, allowed: set[str], where: str) -> None:
         raise FormatError(f"{where}: unknown keys {sorted(extra)}")
 
 
-def _build(fmt_name: str, spec: dict, where: str) -> Pattern:
+def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Pattern:
     _check_keys(
         spec,
         {"id", "emits", "prefilter", "caseless", "regex", "join_next", "strength", "fields",
@@ -149,11 +159,11 @@ def _build(fmt_name: str, spec: dict, where: str) -> Pattern:
         if typ not in FIELD_TYPES:
             raise FormatError(f"{where}: field {name!r} has unknown type {typ!r}")
     caseless = bool(spec.get("caseless", False))
-    flags = regex.IGNORECASE if caseless else 0
-    try:
-        compiled = regex.compile(spec["regex"], flags | regex.VERSION0)
-    except regex.error as exc:
-        raise FormatError(f"{where}: bad regex: {exc}") from None
+    if validate:
+        try:
+            regex.compile(spec["regex"], (regex.IGNORECASE if caseless else 0) | regex.VERSION0)
+        except regex.error as exc:
+            raise FormatError(f"{where}: bad regex: {exc}") from None
     bad = _LINE_CROSSING.search(spec["prefilter"])
     if bad:
         # Both engines must agree on which line a hit belongs to: a prefilter must never match
@@ -180,7 +190,7 @@ def _build(fmt_name: str, spec: dict, where: str) -> Pattern:
         format=fmt_name,
         emits=emits,
         prefilter=spec["prefilter"],
-        regex=compiled,
+        source=spec["regex"],
         caseless=caseless,
         join_next=join_next,
         strength=int(spec.get("strength", 1)),
@@ -190,14 +200,18 @@ def _build(fmt_name: str, spec: dict, where: str) -> Pattern:
     )
 
 
-def load_file(text: str, name: str) -> list[Pattern]:
-    """Parse one format file's YAML text into patterns."""
+def load_file(text: str, name: str, validate: bool = True) -> list[Pattern]:
+    """Parse one format file's YAML text into patterns.
+
+    ``validate=False`` skips compiling the precise regexes up front (the shipped formats: the
+    tests compile every one of them; at run time each compiles on first use).
+    """
     doc = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader (C when available)
     if not isinstance(doc, dict):
         raise FormatError(f"{name}: a format file is a mapping")
     _check_keys(doc, {"format", "description", "source", "patterns", "notes"}, name)
     fmt = doc.get("format") or name
-    return [_build(fmt, spec, f"{name}:{spec.get('id', i)}")
+    return [_build(fmt, spec, f"{name}:{spec.get('id', i)}", validate)
             for i, spec in enumerate(doc.get("patterns") or ())]
 
 
@@ -208,7 +222,7 @@ def load_patterns() -> tuple[Pattern, ...]:
     root = resources.files("dsdoctor.formats")
     for entry in sorted(root.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml"):
-            out.extend(load_file(entry.read_text(encoding="utf-8"), entry.name))
+            out.extend(load_file(entry.read_text(encoding="utf-8"), entry.name, validate=False))
     seen: set[str] = set()
     for p in out:
         if p.id in seen:
