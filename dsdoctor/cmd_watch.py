@@ -51,7 +51,10 @@ def run_plain(args: argparse.Namespace) -> int:
     """One line per event and per new finding; exit 1 if an error finding was raised."""
     from dsdoctor.tui import Tailer  # noqa: PLC0415
 
+    from dsdoctor.redact import Redactor  # noqa: PLC0415
+
     tailer = Tailer(args.log, args, from_start=not args.from_end)
+    red = Redactor()  # secrets printed in the log are not echoed
     seen: set[str] = set()
     worst = 0
 
@@ -59,7 +62,7 @@ def run_plain(args: argparse.Namespace) -> int:
         nonlocal worst
         events = tailer.take_events()
         for kind, ev, _ in events:
-            print(f"{ev.location}: {kind}: {ev.text[:200]}", flush=True)
+            print(f"{ev.location}: {kind}: {red.text(ev.text[:200])}", flush=True)
         if not events:
             return
         tailer.state = tailer.snapshot()
@@ -68,8 +71,8 @@ def run_plain(args: argparse.Namespace) -> int:
                 seen.add(f.rule)
                 if f.severity == "error":
                     worst = 1
-                print(f"{f.severity}: {f.rule} {f.name}: {f.title}"
-                      + (f" -- fix: {f.fix}" if f.fix else ""), flush=True)
+                print(red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
+                               + (f" -- fix: {f.fix}" if f.fix else "")), flush=True)
 
     idle_since = time.monotonic()
     try:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.widgets import DataTable, Footer, Header, RichLog, Static
 
 from dsdoctor.model import Evidence, Finding
 from dsdoctor.pipeline import evaluate
+from dsdoctor.redact import Redactor
 from dsdoctor.render import SEVERITY_STYLE, timeline_summary
 from dsdoctor.scan import Scanner, TailScanner
 
@@ -126,13 +127,15 @@ class WatchApp(App):
         self._stop = threading.Event()
         self._seen_rules: set[str] = set()
         self._seen_kinds: set[str] = set()
+        self._red = Redactor()  # a token printed in the log is not shown on screen either
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical():
             yield Static("", id="status")
             yield DataTable(id="symptoms", zebra_stripes=True)
-            yield RichLog(id="findings", wrap=True, markup=False)
+            with VerticalScroll(id="findings"):
+                yield Static("", id="findings-text")
             yield RichLog(id="events", wrap=False, markup=False, max_lines=500)
         yield Footer()
 
@@ -181,25 +184,27 @@ class WatchApp(App):
         for s in state.symptoms:
             table.add_row(s.kind, str(s.count), s.first.location, s.last.location,
                           ",".join(map(str, s.ranks)) or "-")
-        log = self.query_one("#findings", RichLog)
+        # findings: re-rendered as one block, so it wraps to the pane whatever its width
+        block = Text()
         for f in state.findings:
-            if f.rule in self._seen_rules:
-                continue
-            self._seen_rules.add(f.rule)
-            line = Text()
-            line.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
-            line.append(f"{f.rule} {f.name}: {f.title}")
-            log.write(line)
+            if f.rule not in self._seen_rules:
+                self._seen_rules.add(f.rule)
+                if f.severity == "error":
+                    self.bell()
+                    self.notify(f"{f.rule}: {self._red.text(f.title)}", severity="error",
+                                timeout=8)
+            block.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
+            block.append(f"{f.rule} {f.name}: ", style="bold")
+            block.append(self._red.text(f.title) + "\n")
             if f.fix:
-                log.write(Text(f"        fix: {f.fix}", style="green"))
-            if f.severity == "error":
-                self.bell()
-                self.notify(f"{f.rule}: {f.title}", severity="error", timeout=8)
+                block.append("  fix: ", style="bold green")
+                block.append(self._red.text(f.fix) + "\n")
+        self.query_one("#findings-text", Static).update(block)
         ev_log = self.query_one("#events", RichLog)
         for kind, ev, _ in events[-200:]:
             new = kind not in self._seen_kinds
             self._seen_kinds.add(kind)
-            ev_log.write(Text(f"{ev.location} {kind}: {ev.text[:200]}",
+            ev_log.write(Text(f"{ev.location} {kind}: {self._red.text(ev.text[:200])}",
                               style="bold" if new else "dim"))
 
     def action_pause(self) -> None:

@@ -100,3 +100,13 @@ def test_tui_shows_symptoms_live(tmp_path):
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_watch_plain_never_echoes_a_secret(tmp_path):
+    token = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"
+    path = tmp_path / "live.log"
+    path.write_text(KILLED.replace("'--local_rank=0'", f"'--local_rank=0', '--hub_token', '{token}'"))
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "watch", str(path), "--plain",
+                           "--exit-on-idle", "1"], capture_output=True, text=True, timeout=60)
+    assert "exits with return code" in proc.stdout
+    assert token not in proc.stdout
