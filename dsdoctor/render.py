@@ -83,6 +83,33 @@ def _ev_line(ev: Evidence, name: str | None = None) -> str:
     return f"{name or ev.file}:{ev.line}{rank}: {ev.text}"
 
 
+def inputs_summary(report: Report) -> list[str]:
+    """What the analysis used besides the log, one short line each (and what it lacked)."""
+    inp = report.inputs or {}
+    if "configs" not in inp:  # scan only (no rules engine)
+        return []
+    out = []
+    ds = inp.get("deepspeed_config") or {}
+    if inp.get("configs"):
+        out.append("config: " + ", ".join(c["path"] for c in inp["configs"]))
+    elif ds.get("source"):
+        out.append(f"config: rebuilt from the log ({ds['source']})")
+    out.append(f"environment: {inp['env']}" if inp.get("env")
+               else "environment: not given (--env FILE from 'dsdoctor env --format json', "
+                    "or --env local)")
+    if inp.get("model"):
+        out.append(f"model: {inp['model']}")
+    if inp.get("scripts"):
+        out.append("scripts: " + ", ".join(inp["scripts"]))
+    ver = inp.get("ds_version") or {}
+    if ver.get("release"):
+        out.append(f"DeepSpeed release linted against: {ver['release']} (from {ver.get('source')})")
+    ws = inp.get("world_size") or {}
+    if ws.get("value"):
+        out.append(f"world size: {ws['value']} (from {ws.get('source')})")
+    return out
+
+
 def _counts(report: Report) -> dict[str, int]:
     c = {"error": 0, "warning": 0, "info": 0}
     for f in report.findings:
@@ -137,9 +164,8 @@ def render_text(report: Report, color: bool = True, width: int | None = None) ->
     else:
         head.append(" — pre-flight check (no log)")
     console.print(head)
-    env = report.inputs.get("env_source") if report.inputs else None
-    if env:
-        console.print(Text(f"environment: {env}", style="dim"))
+    for line in inputs_summary(report):
+        console.print(Text(line, style="dim"))
 
     if report.findings:
         console.print()
@@ -238,6 +264,10 @@ def render_markdown(report: Report) -> str:
         out.append(f"Pre-flight check (no log). **{c['error']} error(s), {c['warning']} "
                    f"warning(s), {c['info']} info.**")
     out.append("")
+    inputs = inputs_summary(report)
+    if inputs:
+        out.append("Inputs: " + "; ".join(inputs) + ".")
+        out.append("")
     if report.findings:
         out.append("### Findings")
         out.append("")
