@@ -7,7 +7,7 @@ import json
 import sys
 
 from dsdoctor.errors import UsageError
-from dsdoctor.estimate import SCOPE_NOTE, Estimate, estimate_zero2, estimate_zero3
+from dsdoctor.estimate import GIB, SCOPE_NOTE, Estimate, estimate_zero2, estimate_zero3
 from dsdoctor.modelinfo import SUPPORTED_MODEL_TYPES, load_model_info
 
 EPILOG = """examples:
@@ -83,7 +83,7 @@ def _markdown(est: Estimate) -> str:
     lines = [f"**ZeRO-{est.stage}** - {head[1][4:]} {head[2][4:]}", "",
              "| per CPU (node) | per GPU | options |", "| ---: | ---: | --- |"]
     for r in est.rows:
-        lines.append(f"| {r.cpu_bytes / 2**30:.2f} GB | {r.gpu_bytes / 2**30:.2f} GB | "
+        lines.append(f"| {r.cpu_bytes / GIB:.2f} GB | {r.gpu_bytes / GIB:.2f} GB | "
                      f"`{r.options.strip()}` |")
     return "\n".join(lines)
 

@@ -221,8 +221,3 @@ def offload_need(stage: int, total_params: int, largest_layer_params: int | None
         return est.row(offload_optimizer, offload_param and offload_optimizer, zero_init)
     est = estimate_zero2(total_params, num_gpus_per_node, num_nodes)
     return est.row(offload_optimizer)
-
-
-def fmt_gib(nbytes: float) -> str:
-    """Bytes as DeepSpeed prints them (GiB with two decimals, labelled 'GB' like DeepSpeed)."""
-    return f"{nbytes / GIB:.2f}GB"
