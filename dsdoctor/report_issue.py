@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor import __version__
+from dsdoctor.cmd_env import cuda_line, fence, gpu_summary, interconnect_summary, ops_rows, os_line
+from dsdoctor.cmd_env import render_markdown, shape
 from dsdoctor.errors import UsageError
 from dsdoctor.model import Report
-from dsdoctor.reader import normalize, open_log
+from dsdoctor.reader import _ANSI_RE, normalize, open_log
 from dsdoctor.redact import Redactor
 
 #: target -> (GitHub repository, template style, title prefix)
@@ -183,19 +185,10 @@ def _norm(item: tuple[int, bytes]) -> tuple[int, str, Any]:
     return n, normalize_display(piece), normalize(piece)
 
 
-def _iter_lines(path: str) -> Iterator[tuple[int, str, Any]]:
-    """(line number, display text, normalized Segment) for each physical line."""
-    for item in _iter_raw(path):
-        yield _norm(item)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?")
-
-
 def normalize_display(raw: bytes) -> str:
     """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped."""
     text = raw[:8192].decode("utf-8", errors="replace").replace("\x00", "")
-    return _ANSI.sub("", text).rstrip()[:2000]
+    return _ANSI_RE.sub("", text).rstrip()[:2000]
 
 
 def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,
@@ -450,14 +443,6 @@ def read_config(path: str, redactor: Redactor) -> ConfigText:
 # the body
 # --------------------------------------------------------------------------------------------
 
-def _fence(text: str, lang: str = "") -> str:
-    ticks, run = 3, 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        ticks = max(ticks, run + 1)
-    return f"{'`' * ticks}{lang}\n{text.rstrip()}\n{'`' * ticks}"
-
-
 def _details(summary: str, inner: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{inner}\n\n</details>"
 
@@ -472,7 +457,7 @@ def _excerpt_md(ex: LogExcerpt, name: str) -> str:
     if ex.duplicates_dropped:
         head += f"; {ex.duplicates_dropped} identical lines from other ranks dropped"
     head += ")"
-    out = _details(f"Log excerpt: {head}", _fence("\n".join(rows)))
+    out = _details(f"Log excerpt: {head}", fence("\n".join(rows)))
     if ex.others:
         same = [Path(f).name for f, _, e in ex.others if e == ex.error]
         diff = [(Path(f).name, n, e) for f, n, e in ex.others if e != ex.error]
@@ -493,7 +478,7 @@ def _launch_md(lc: LaunchCommand) -> str:
         else:
             rows[-1] += " " + a
     out = [f"Launcher: `{lc.launcher}` (command from the log, line {lc.line})", "",
-           _fence(" \\\n    ".join(rows), "bash")]
+           fence(" \\\n    ".join(rows), "bash")]
     if lc.world:
         out += ["", f"World info (decoded `--world_info`): {lc.world}"]
     if lc.omitted:
@@ -583,8 +568,6 @@ def _description(report: Report | None, ex: LogExcerpt | None, env: dict[str, An
     gpus = (env or {}).get("gpus") or []
     where = ""
     if gpus:
-        from dsdoctor.cmd_env import gpu_summary
-
         where = f" on {gpu_summary(env or {})}"
     launched = f" (launched with `{lc.launcher}`)" if lc else ""
     parts.append(f"A training run{' with ' + ', '.join(who) if who else ''}"
@@ -619,12 +602,8 @@ def _system_info_deepspeed(env: dict[str, Any] | None) -> list[str]:
                 f"- Python version: {TODO.format('python --version')}",
                 "- Any other relevant info about your setup: run `dsdoctor env --format markdown` "
                 "on the training node and paste it here, or pass `--env FILE` to `dsdoctor report`."]
-    from dsdoctor.cmd_env import cuda_line, os_line, gpu_summary
-
     pk = _pkg_versions(env)
     ev = env.get("env_vars") or {}
-    from dsdoctor.cmd_env import interconnect_summary
-
     ic = [f"{k}={v}" for k, v in ev.items() if k.startswith(("NCCL_IB", "NCCL_SOCKET", "NCCL_NET", "FI_"))]
     if env.get("interconnect") or any("nvlink_active_links" in g for g in env.get("gpus") or []):
         ic.insert(0, interconnect_summary(env))
@@ -646,15 +625,13 @@ def _ds_report_md(env: dict[str, Any] | None) -> str:
     if not ops:
         return ("Please run `ds_report` (or `dsdoctor env --format markdown`, which includes it) on "
                 "the training node and paste the output here. " + TODO.format("paste ds_report output"))
-    from dsdoctor.cmd_env import ops_rows
-
     cw = ops.get("compiled_with") or {}
     lines = [f"DeepSpeed {ops.get('version')} (accelerator {ops.get('accelerator')}, ninja "
              f"{'[OKAY]' if ops.get('ninja') else '[FAIL]'}, wheel compiled w. torch {cw.get('version')}, "
              f"cuda {cw.get('cuda_version')})", "op name ................ installed .. compatible"]
     lines += [f"{a} {'.' * max(2, 23 - len(a))} [{b}] {'.' * 7} [{c}]" for a, b, c in ops_rows(ops)]
     lines += ops.get("warnings") or []
-    return "Collected by `dsdoctor env` (the same probes as `ds_report`):\n\n" + _fence("\n".join(lines))
+    return "Collected by `dsdoctor env` (the same probes as `ds_report`):\n\n" + fence("\n".join(lines))
 
 
 def _docker_md(env: dict[str, Any] | None) -> str:
@@ -677,8 +654,6 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     red = redactor or Redactor()
     repo, style, prefix = TARGETS[target]
     if env is not None:
-        from dsdoctor.cmd_env import shape
-
         env = shape(red.obj(env))
     title = _title(report, excerpt, prefix)
     desc = _description(report, excerpt, env, configs, launch)
@@ -688,12 +663,10 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
         "_No error line found in the log._ " + TODO.format("paste the error and its traceback")
     launch_md = _launch_md(launch) if launch else (
         "The launch command was not found in the log. " + TODO.format("paste the exact launch command"))
-    cfg_md = "\n\n".join(_details(f"Config `{Path(c.path).name}`", _fence(c.text, c.lang)) for c in configs) \
+    cfg_md = "\n\n".join(_details(f"Config `{Path(c.path).name}`", fence(c.text, c.lang)) for c in configs) \
         or "No config given (`--config FILE`). " + TODO.format("paste the DeepSpeed / Accelerate config")
     env_md = None
     if env is not None:
-        from dsdoctor.cmd_env import render_markdown
-
         env_md = render_markdown(env, heading="####")
     diag = ["**Diagnosis by dsdoctor**", ""] + (findings or ["_dsdoctor found no known failure pattern._"])
     steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("minimal script/command and data to "
