@@ -22,6 +22,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from dsdoctor.configfile import lookup
+
 _FILE = re.compile(r"^ds_keys_(\d+(?:\.\d+)*)\.json$")
 
 
@@ -99,7 +101,7 @@ class KeyTable:
                 out.append(UnknownKey(key, key, "", self.suggest(key, ""), False,
                                       f"DeepSpeed {self.release} ignores unknown top-level keys"))
         for section in sorted(self.sections, key=lambda s: (s.count("."), s)):
-            value = _get(data, section)
+            value = lookup(data, section)
             if not isinstance(value, dict):
                 continue
             strict = self.is_strict(section)
@@ -126,7 +128,7 @@ class KeyTable:
         out: list[BadValue] = []
         for section in sorted(self.sections, key=lambda s: (s.count("."), s)):
             cons = self.sections[section].get("constraints")
-            value = _get(data, section)
+            value = lookup(data, section)
             if not cons or not isinstance(value, dict):
                 continue
             for key, item in value.items():
@@ -208,20 +210,17 @@ def is_comment_key(key: str) -> bool:
     return key.startswith("_") or key.lower() in ("comment", "comments", "note", "notes", "//")
 
 
-def _get(data: dict[str, Any], dotted: str) -> Any:
-    cur: Any = data
-    for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
-
-
 def available_releases() -> list[str]:
     """Releases with a table, oldest first."""
+    return list(_releases())
+
+
+@lru_cache(maxsize=1)
+def _releases() -> tuple[str, ...]:
+    # The data directory is listed once: table_for() runs for every config lint.
     names = [e.name for e in resources.files("dsdoctor.data").iterdir()]
     rels = [m.group(1) for n in names if (m := _FILE.match(n))]
-    return sorted(rels, key=parse_version)
+    return tuple(sorted(rels, key=parse_version))
 
 
 @lru_cache(maxsize=8)
@@ -235,7 +234,7 @@ def _load(release: str) -> KeyTable:
 
 def table_for(release: str | None) -> KeyTable:
     """The table of the newest release not newer than ``release`` (the oldest if all are newer)."""
-    rels = available_releases()
+    rels = _releases()
     if not rels:
         raise FileNotFoundError("no dsdoctor/data/ds_keys_*.json tables (run scripts/gen_ds_keys.py)")
     if not release:
@@ -248,9 +247,9 @@ def table_for(release: str | None) -> KeyTable:
 def releases_rejecting(path: str, value: Any = None) -> list[str]:
     """Releases (with a table) that refuse a config containing this key at this path."""
     out = []
-    for rel in available_releases():
+    section, _, key = path.rpartition(".")
+    for rel in _releases():
         t = _load(rel)
-        section, _, key = path.rpartition(".")
         if not section and key in t.removed_top_level:
             out.append(rel)
         elif section == "zero_optimization" and key in t.removed_zero:
