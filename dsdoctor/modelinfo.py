@@ -118,15 +118,8 @@ def model_info_from_config(cfg: dict[str, Any], path: str = "<config>") -> Model
     if isinstance(q, dict):
         quant = _s(q.get("quant_method")) or ("bitsandbytes" if q.get("load_in_4bit")
                                               or q.get("load_in_8bit") else None)
-    family = None
-    for candidate in (name, path):
-        fam = bf16_family(candidate) if candidate else None
-        if fam:
-            family = fam
-            break
-    if family is None and model_type:
-        fam = _TYPE_FAMILIES.get(model_type)
-        family = fam if fam else None
+    family = ((name and bf16_family(name)) or (path and bf16_family(path))
+              or _TYPE_FAMILIES.get(model_type or ""))
     return ModelInfo(
         path=path, model_type=model_type, architecture=arch, dtype=dtype,
         hidden_size=_i(_first(cfg, "hidden_size", "d_model", "n_embd", "n_embed")),
