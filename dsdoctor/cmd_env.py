@@ -15,9 +15,6 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.redact import Redactor
 
-KEY_PACKAGES = ("torch", "deepspeed", "transformers", "accelerate")
-
-
 def _d(x: Any) -> dict[str, Any]:
     return x if isinstance(x, dict) else {}
 
@@ -60,11 +57,11 @@ def human_bytes(n: Any) -> str:
     if not isinstance(n, (int, float)) or isinstance(n, bool):
         return "?"
     size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    return f"{n} B"
+    return f"{size:.1f} TiB"
 
 
 def gpu_summary(snap: dict[str, Any]) -> str:
