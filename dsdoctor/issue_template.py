@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 TEMPLATE_NAME = "training-failure.yml"
-DEFAULT_PATH = ".github/ISSUE_TEMPLATE/training-failure.yml"
+DEFAULT_PATH = f".github/ISSUE_TEMPLATE/{TEMPLATE_NAME}"
 
 _TOP_REQUIRED = ("name", "description", "body")
 _TOP_ALLOWED = frozenset({"name", "description", "body", "title", "labels", "assignees", "projects",
@@ -132,11 +132,11 @@ def validate_form(form: Any) -> list[str]:
                     errs.append(f"{where}: validations may only hold 'required'")
                 elif "required" in v and not isinstance(v["required"], bool):
                     errs.append(f"{where}: validations.required must be true or false")
-        if typ == "dropdown" and "options" in attrs:
-            opts = attrs["options"]
+        opts = attrs.get("options")
+        if typ in ("dropdown", "checkboxes") and "options" in attrs:
             if not isinstance(opts, list) or not opts:
                 errs.append(f"{where}: options must be a non-empty list")
-            else:
+            elif typ == "dropdown":
                 if not all(_nonempty_str(o) for o in opts):
                     errs.append(f"{where}: every option must be a non-empty string")
                 elif len(set(opts)) != len(opts):
@@ -147,12 +147,6 @@ def validate_form(form: Any) -> list[str]:
                 if d is not None and (not isinstance(d, int) or isinstance(d, bool)
                                       or not 0 <= d < len(opts)):
                     errs.append(f"{where}: default must be the index of an option")
-            if "multiple" in attrs and not isinstance(attrs["multiple"], bool):
-                errs.append(f"{where}: multiple must be true or false")
-        if typ == "checkboxes" and "options" in attrs:
-            opts = attrs["options"]
-            if not isinstance(opts, list) or not opts:
-                errs.append(f"{where}: options must be a non-empty list")
             else:
                 for j, o in enumerate(opts):
                     if not isinstance(o, dict) or not _nonempty_str(o.get("label")):
@@ -161,6 +155,8 @@ def validate_form(form: Any) -> list[str]:
                         errs.append(f"{where}: options[{j}] may only hold label and required")
                     elif "required" in o and not isinstance(o["required"], bool):
                         errs.append(f"{where}: options[{j}].required must be true or false")
+        if typ == "dropdown" and "multiple" in attrs and not isinstance(attrs["multiple"], bool):
+            errs.append(f"{where}: multiple must be true or false")
     if body and not has_input:
         errs.append("body must contain at least one non-markdown element")
     return errs
