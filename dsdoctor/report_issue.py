@@ -202,11 +202,13 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
     identical lines printed by several ranks are kept once (with the ranks noted).
     """
     found: LogExcerpt | None = None
+    no_error: set[str] = set()  # files already read through without an error line
     if anchor is None:
         for path in paths:
             found = _excerpt_in_file(path, None)
             if found is not None:
                 break
+            no_error.add(path)
         anchor = None if found else fallback
     if found is None and anchor is not None and anchor[0] in paths:
         found = _excerpt_in_file(anchor[0], anchor[1])
@@ -214,7 +216,7 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
         return found
     others = []
     for path in paths:
-        if path == found.file:
+        if path == found.file or path in no_error:
             continue
         ex = _excerpt_in_file(path, None)
         if ex is not None:
@@ -235,7 +237,8 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
         if not hit:
             window.append(item)
             continue
-        seg = normalize(piece)
+        first = _norm(item)
+        seg = first[2]
         hit_line = n
         recent = [_norm(w) for w in window]
         # Start at the Traceback that this error ends, if one is in the recent window.
@@ -246,7 +249,7 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
                     start_idx = i
                     break
         start_idx = max(0, start_idx - CONTEXT_BEFORE)
-        collected = recent[start_idx:] + [_norm(item)]
+        collected = recent[start_idx:] + [first]
         tb_open = False  # inside a traceback: keep reading until its exception line
         closed = False
         for c in collected:
