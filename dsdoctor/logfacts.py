@@ -44,12 +44,10 @@ class LogFacts:
 
     launches: list[LaunchInfo] = field(default_factory=list)
     trainer_args: dict[str, Any] = field(default_factory=dict)  # name (no dashes) -> typed value
-    trainer_args_source: dict[str, Evidence] = field(default_factory=dict)
     ds_config: dict[str, Any] | None = None  # the DeepSpeed config the engine printed
     ds_config_source: str | None = None  # "json" (user config block) | "engine" (key dump)
     engine_items: dict[str, str] = field(default_factory=dict)  # raw printed key -> value text
     world_size: int | None = None
-    world_size_evidence: Evidence | None = None
     nodes: int | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)  # {"index","name"} / {"total_bytes"}
     num_params: int | None = None  # total parameters (PEFT all params, or ZeRO-3 num_elems)
@@ -59,13 +57,6 @@ class LogFacts:
     accelerate: dict[str, Any] = field(default_factory=dict)  # distributed_type, mixed_precision
     accelerate_ds_config: dict[str, Any] | None = None
     uses_trainer: bool | None = None
-    evidence: dict[str, Evidence] = field(default_factory=dict)  # fact name -> first evidence
-
-    @property
-    def launch_cmd(self) -> str | None:
-        """The most informative launch command (one showing the script's arguments)."""
-        best = self.best_launch()
-        return best.cmd if best else None
 
     def best_launch(self) -> LaunchInfo | None:
         """The launch showing the most script arguments (the runner's cmd often shows none)."""
@@ -193,22 +184,24 @@ def parse_argv(tokens: list[str]) -> tuple[str | None, tuple[str, ...], dict[str
     ``--flag`` alone is True; ``--key value``/``--key=value`` are coerced; repeated values
     (``--data_path a b c``) become a list.
     """
-    script = None
-    start = 0
+    script, rest = _script_and_rest(tokens)
+    return script, rest, _options(rest)
+
+
+def _script_and_rest(tokens: list[str]) -> tuple[str | None, tuple[str, ...]]:
+    """The training script (or ``-m`` module) of a command and the arguments after it."""
     for i, tok in enumerate(tokens):
         if tok.endswith(".py") and not tok.startswith("-"):
-            script, start = tok, i + 1
-            break
-    if script is None:
-        # "-m module": the module plays the script's part.
-        for i, tok in enumerate(tokens[:-1]):
-            if tok == "-m" and not tokens[i + 1].startswith(("deepspeed.launcher",
-                                                              "torch.distributed")):
-                script, start = tokens[i + 1], i + 2
-                break
-    if script is None:
-        return None, (), {}
-    rest = tuple(tokens[start:])
+            return tok, tuple(tokens[i + 1:])
+    # "-m module": the module plays the script's part.
+    for i, tok in enumerate(tokens[:-1]):
+        if tok == "-m" and not tokens[i + 1].startswith(("deepspeed.launcher", "torch.distributed")):
+            return tokens[i + 1], tuple(tokens[i + 2:])
+    return None, ()
+
+
+def _options(rest: tuple[str, ...]) -> dict[str, Any]:
+    """``--key value`` options of a script's arguments (see :func:`parse_argv`)."""
     args: dict[str, Any] = {}
     i = 0
     while i < len(rest):
@@ -234,7 +227,7 @@ def parse_argv(tokens: list[str]) -> tuple[str | None, tuple[str, ...], dict[str
             i = j
         else:
             i += 1
-    return script, rest, args
+    return args
 
 
 def _split_cmd(cmd: str) -> list[str]:
@@ -255,7 +248,7 @@ def _launch_from_cmd(cmd: str, ev: Evidence) -> LaunchInfo:
         launcher = "deepspeed"
     else:
         launcher = "python"
-    script, rest, _ = parse_argv(tokens)
+    script, rest = _script_and_rest(tokens)
     return LaunchInfo(launcher, cmd, script, rest, ev)
 
 
@@ -416,10 +409,16 @@ def read_json_block(path: str, line: int) -> dict[str, Any] | None:
         return None
     finally:
         log.close()
-    if depth != 0:
-        return None
+    return _load_config_json("\n".join(parts)) if depth == 0 else None
+
+
+def _load_config_json(text: str) -> dict[str, Any] | None:
+    """The printed user config as a dict (None when it is not one).
+
+    DeepSpeed's encoder prints float("inf") as a bare inf (not JSON).
+    """
     try:
-        data = json.loads(re.sub(r"(:\s*-?)inf\b", r"\1Infinity", "\n".join(parts)))
+        data = json.loads(re.sub(r"(:\s*-?)inf\b", r"\1Infinity", text))
     except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
@@ -447,10 +446,6 @@ def _brace_delta(text: str) -> int:
 
 # ------------------------------------------------------------------------------ extraction
 
-def _first(lf: LogFacts, name: str, ev: Evidence) -> None:
-    lf.evidence.setdefault(name, ev)
-
-
 def extract(facts: Iterable[Fact]) -> LogFacts:
     """Fold the scanner's fact events into one LogFacts value."""
     lf = LogFacts()
@@ -458,18 +453,17 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
     dump_args: dict[str, Any] = {}
     for f in facts:
         v, ev = f.values, f.evidence
-        _first(lf, f.name, ev)
         if f.name == "launch-cmd" and isinstance(v.get("cmd"), str):
             lf.launches.append(_launch_from_cmd(v["cmd"], ev))
         elif f.name == "launch-argv":
             argv = literal(v.get("argv", ""))
             if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
-                script, rest, _ = parse_argv(argv)
+                script, rest = _script_and_rest(argv)
                 lf.launches.append(LaunchInfo("deepspeed", shlex.join(argv), script, rest, ev))
-        elif f.name in ("world-size",):
+        elif f.name == "world-size":
             ws = v.get("world_size")
             if isinstance(ws, int) and ws > 0 and lf.world_size is None:
-                lf.world_size, lf.world_size_evidence = ws, ev
+                lf.world_size = ws
         elif f.name == "launcher-nodes":
             if isinstance(v.get("nnodes"), int):
                 lf.nodes = v["nnodes"]
@@ -478,19 +472,15 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             if isinstance(key, str) and isinstance(val, str):
                 lf.engine_items.setdefault(key, val)
         elif f.name == "ds-config-json":
-            try:
-                # DeepSpeed's encoder prints float("inf") as a bare inf (not JSON).
-                raw = v.get("json")
-                text = re.sub(r"(:\s*-?)inf\b", r"\1Infinity", raw if isinstance(raw, str) else "")
-                data = json.loads(text)
-            except (ValueError, RecursionError):
-                data = None
-            if isinstance(data, dict):
+            raw = v.get("json")
+            data = _load_config_json(raw) if isinstance(raw, str) else None
+            if data is not None:
                 json_configs.append(data)
         elif f.name == "ds-config-json-start":
+            # Only when join_next did not catch the block whole (it precedes on the same line).
             if not json_configs:
                 data = read_json_block(ev.file, ev.line)
-                if isinstance(data, dict):
+                if data is not None:
                     json_configs.append(data)
         elif f.name == "accelerate-ds-config":
             d = literal(v.get("dict", ""))
@@ -528,19 +518,16 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             key = v.get("key")
             if isinstance(key, str):
                 dump_args.setdefault(key, coerce(v.get("value", "")))
-                lf.trainer_args_source.setdefault(key, ev)
         elif f.name == "trainer-batch":
             lf.uses_trainer = True if lf.uses_trainer is None else lf.uses_trainer
 
     # Trainer arguments: the command line first, the printed TrainingArguments win (effective).
     best = lf.best_launch()
     if best is not None:
-        _, _, cmd_args = parse_argv(_split_cmd(best.cmd))
-        for k, val in cmd_args.items():
+        for k, val in _options(best.script_args).items():
             if k in ("local_rank", "world_info"):
                 continue
             lf.trainer_args[k] = val
-            lf.trainer_args_source.setdefault(k, best.evidence)
     for k, val in dump_args.items():
         if k in ("local_rank", "_n_gpu", "world_size"):
             continue
