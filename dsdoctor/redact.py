@@ -192,7 +192,7 @@ class Redactor:
         if self.hosts:
             self.learn(out)
             out = _IPV4.sub(self._ip, out)
-            out = _IPV6.sub(lambda m: self._ip_map.setdefault(m.group(0), f"<ip{len(self._ip_map) + 1}>"), out)
+            out = _IPV6.sub(self._ip, out)
             # Longest names first so "node-1.cluster" is replaced before "node-1".
             for host in sorted(self._host_map, key=len, reverse=True):
                 out = re.sub(rf"(?<![A-Za-z0-9_.-]){re.escape(host)}(?![A-Za-z0-9_-])",
