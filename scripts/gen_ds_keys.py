@@ -274,8 +274,7 @@ def build_table() -> dict[str, Any]:
     top = _Recorder({"train_batch_size": 1})
     ds_config.DeepSpeedConfig(top)
     top_keys = {k for k in top.seen if isinstance(k, str)}
-    removed: dict[str, str] = {}
-    removed.update({k: str(v) for k, v in getattr(ds_config, "_REMOVED_TOP_LEVEL_CONFIG_KEYS", {}).items()})
+    removed = {k: str(v) for k, v in getattr(ds_config, "_REMOVED_TOP_LEVEL_CONFIG_KEYS", {}).items()}
     removed_zero = {k: str(v) for k, v in getattr(ds_config, "_REMOVED_ZERO_CONFIG_KEYS", {}).items()}
 
     sections: dict[str, dict[str, Any]] = {}
@@ -475,11 +474,11 @@ def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[
     return top, sections
 
 
-def _static_models(sources: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str], dict[str, str]]]:
-    """Pydantic DeepSpeedConfigModel classes: name -> (keys, aliases, nested section fields)."""
+def _static_models(sources: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Pydantic DeepSpeedConfigModel classes: name -> (keys, alias -> field name)."""
     import ast
 
-    models: dict[str, tuple[list[str], dict[str, str], dict[str, str]]] = {}
+    models: dict[str, tuple[list[str], dict[str, str]]] = {}
     for src in sources.values():
         if "DeepSpeedConfigModel" not in src:
             continue
@@ -494,7 +493,6 @@ def _static_models(sources: dict[str, str]) -> dict[str, tuple[list[str], dict[s
                 continue
             keys: list[str] = []
             aliases: dict[str, str] = {}
-            nested: dict[str, str] = {}
             for st in cls.body:
                 if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
                     continue
@@ -505,10 +503,7 @@ def _static_models(sources: dict[str, str]) -> dict[str, tuple[list[str], dict[s
                         if kw.arg == "alias" and isinstance(kw.value, ast.Constant):
                             keys.append(kw.value.value)
                             aliases[kw.value.value] = name
-                for n in ast.walk(st.annotation):
-                    if isinstance(n, ast.Name) and n.id.endswith("Config"):
-                        nested[name] = n.id
-            models[cls.name] = (sorted(set(keys)), aliases, nested)
+            models[cls.name] = (sorted(set(keys)), aliases)
     return models
 
 
@@ -526,7 +521,7 @@ def build_table_from_sdist(path: str) -> dict[str, Any]:
     sections: dict[str, dict[str, Any]] = {}
     for sec, cls in _PYDANTIC_SECTIONS.items():
         if cls in models:
-            keys, aliases, nested = models[cls]
+            keys, aliases = models[cls]
             sections[sec] = {"keys": keys, "strict": True, "model": cls}
             if aliases:
                 sections[sec]["aliases"] = aliases
