@@ -193,6 +193,11 @@ def fence(text: str, lang: str = "") -> str:
     return f"{'`' * ticks}{lang}\n{text.rstrip()}\n{'`' * ticks}"
 
 
+def details(summary: str, inner: str) -> str:
+    """A collapsed ``<details>`` block (GitHub renders the Markdown inside it)."""
+    return f"<details><summary>{summary}</summary>\n\n{inner}\n\n</details>"
+
+
 def render_markdown(snap: dict[str, Any], heading: str = "###") -> str:
     """The snapshot as Markdown to paste into an issue (tables; env vars in a code block)."""
     snap = shape(snap)
@@ -211,8 +216,7 @@ def render_markdown(snap: dict[str, Any], heading: str = "###") -> str:
                 "", "| op name | installed | compatible |", "| --- | --- | --- |"]
         out += [f"| {a} | {b} | {c} |" for a, b, c in ops_rows(ops)]
         if ops.get("warnings"):
-            out += ["", "<details><summary>op builder warnings</summary>", "",
-                    fence("\n".join(ops["warnings"])), "", "</details>"]
+            out += ["", details("op builder warnings", fence("\n".join(ops["warnings"])))]
     env = snap.get("env_vars") or {}
     out += ["", "Relevant environment variables (secrets redacted):", ""]
     out.append(fence("\n".join(f"{k}={v}" for k, v in env.items())) if env else "_none set_")

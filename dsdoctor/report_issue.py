@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor import __version__
-from dsdoctor.cmd_env import cuda_line, fence, gpu_summary, interconnect_summary, ops_rows, os_line
-from dsdoctor.cmd_env import render_markdown, shape
+from dsdoctor.cmd_env import cuda_line, details, fence, gpu_summary, interconnect_summary, ops_rows
+from dsdoctor.cmd_env import os_line, render_markdown, shape
 from dsdoctor.errors import UsageError
 from dsdoctor.model import Report
 from dsdoctor.reader import _ANSI_RE, normalize, open_log
@@ -446,10 +446,6 @@ def read_config(path: str, redactor: Redactor) -> ConfigText:
 # the body
 # --------------------------------------------------------------------------------------------
 
-def _details(summary: str, inner: str) -> str:
-    return f"<details><summary>{summary}</summary>\n\n{inner}\n\n</details>"
-
-
 def _excerpt_md(ex: LogExcerpt, name: str) -> str:
     width = len(str(ex.lines[-1].line)) if ex.lines else 1
     rows = []
@@ -460,7 +456,7 @@ def _excerpt_md(ex: LogExcerpt, name: str) -> str:
     if ex.duplicates_dropped:
         head += f"; {ex.duplicates_dropped} identical lines from other ranks dropped"
     head += ")"
-    out = _details(f"Log excerpt: {head}", fence("\n".join(rows)))
+    out = details(f"Log excerpt: {head}", fence("\n".join(rows)))
     if ex.others:
         same = [Path(f).name for f, _, e in ex.others if e == ex.error]
         diff = [(Path(f).name, n, e) for f, n, e in ex.others if e != ex.error]
@@ -666,7 +662,7 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
         "_No error line found in the log._ " + TODO.format("paste the error and its traceback")
     launch_md = _launch_md(launch) if launch else (
         "The launch command was not found in the log. " + TODO.format("paste the exact launch command"))
-    cfg_md = "\n\n".join(_details(f"Config `{Path(c.path).name}`", fence(c.text, c.lang)) for c in configs) \
+    cfg_md = "\n\n".join(details(f"Config `{Path(c.path).name}`", fence(c.text, c.lang)) for c in configs) \
         or "No config given (`--config FILE`). " + TODO.format("paste the DeepSpeed / Accelerate config")
     env_md = None
     if env is not None:
@@ -688,7 +684,7 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
             ("**Screenshots**", "Not applicable: the log excerpt is included above."),
             ("**System info (please complete the following information):**",
              "\n".join(_system_info_deepspeed(env))
-             + ("\n\n" + _details("Full environment report (`dsdoctor env`)", env_md) if env_md else "")),
+             + ("\n\n" + details("Full environment report (`dsdoctor env`)", env_md) if env_md else "")),
             ("**Launcher context**", launch_md.split("\n", 1)[0] if launch else
              TODO.format("Are you launching your experiment with the `deepspeed` launcher, MPI, or something else?")),
             ("**Docker context**", _docker_md(env)),
