@@ -13,20 +13,11 @@ from dsdoctor.context import Context
 from dsdoctor.estimate import SCOPE_NOTE, offload_need
 from dsdoctor.hooks_symptoms import (bf16_in_use, bf16_model, finding, fp16_in_use, gib,
                                      log_facts, model_name, offload_device,
-                                     param_count, script_evidence, truthy, zero_stage)
+                                     param_count, script_evidence, truthy, version_tuple,
+                                     zero_stage)
 from dsdoctor.model import Evidence, Finding
 
 # ------------------------------------------------------------------------------------ helpers
-
-
-def version_tuple(v: Any) -> tuple[int, ...] | None:
-    """(4, 38, 2) for "4.38.2", "4.38.2+cu121", "v4.38.2.dev0"; None when not a version."""
-    if not isinstance(v, str):
-        return None
-    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", v.strip())
-    if not m:
-        return None
-    return tuple(int(x) for x in m.groups() if x is not None)
 
 
 def package_version(ctx: Context, name: str) -> tuple[str | None, str]:

@@ -13,6 +13,7 @@ import re
 from typing import Any, Iterator
 
 from dsdoctor.context import Context
+from dsdoctor.dskeys import parse_version
 from dsdoctor.model import Evidence, Finding, Symptom
 
 # --------------------------------------------------------------------------------- shared helpers
@@ -56,6 +57,12 @@ def vals(s: Symptom | None, name: str, agg: str = "last") -> Any:
     if isinstance(v, list):
         return v[0] if v and agg in ("first", "last") else v
     return v
+
+
+def version_tuple(v: Any) -> tuple[int, ...] | None:
+    """(4, 38, 2) for "4.38.2", "4.38.2+cu121", "v4.38.2.dev0"; None when not a version."""
+    t = parse_version(v) if isinstance(v, str) else ()
+    return t if len(t) >= 2 else None
 
 
 def gib(b: float | None) -> str:
@@ -103,25 +110,28 @@ def model_name(ctx: Context) -> str | None:
     """The model name or path: --model's config, else the command line in the log."""
     from dsdoctor.logfacts import MODEL_ARGS
 
-    m = ctx.model
-    for attr in ("name_or_path", "path"):
-        v = getattr(m, attr, None) if m is not None else None
-        if isinstance(v, str) and v and attr == "name_or_path":
-            return v
+    v = getattr(ctx.model, "name_or_path", None)
+    if isinstance(v, str) and v:
+        return v
     for key in MODEL_ARGS:
         v = ctx.trainer_args.get(key)
         if isinstance(v, str) and v:
             return v
-    return getattr(m, "path", None) if m is not None else None
+    return getattr(ctx.model, "path", None)
+
+
+def _precision_flag(ctx: Context, key: str) -> Any:
+    """``fp16.enabled``/``bf16.enabled`` of the DeepSpeed config; None for a config Accelerate
+    synthesized from its own keys (the Accelerate key is reported instead)."""
+    if ctx.ds is not None and ctx.ds_source == "accelerate" and getattr(ctx.ds, "synthesized", False):
+        return None
+    return ctx.cfg_get(key)
 
 
 def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
     """Where fp16 mixed precision is switched on: [(config_path or argument, description)]."""
     out: list[tuple[str, str]] = []
-    # A DeepSpeed config Accelerate synthesized from its own keys: report the Accelerate key.
-    from_accelerate = ctx.ds is not None and ctx.ds_source == "accelerate" and \
-        getattr(ctx.ds, "synthesized", False)
-    en = None if from_accelerate else ctx.cfg_get("fp16.enabled")
+    en = _precision_flag(ctx, "fp16.enabled")
     if en is True:
         where = "the DeepSpeed config" if ctx.ds_source != "log" else "the engine's printed config"
         out.append(("fp16.enabled", f'"fp16": {{"enabled": true}} in {where}'))
@@ -141,9 +151,7 @@ def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
 def bf16_in_use(ctx: Context) -> list[tuple[str, str]]:
     """Where bf16 is switched on: [(config_path or argument, description)]."""
     out: list[tuple[str, str]] = []
-    from_accelerate = ctx.ds is not None and ctx.ds_source == "accelerate" and \
-        getattr(ctx.ds, "synthesized", False)
-    en = None if from_accelerate else ctx.cfg_get("bf16.enabled")
+    en = _precision_flag(ctx, "bf16.enabled")
     if en is True or (en == "auto" and truthy(trainer_arg(ctx, "bf16"))):
         out.append(("bf16.enabled", '"bf16": {"enabled": true} in the DeepSpeed config'))
     mp = ctx.acc_get("mixed_precision")
@@ -339,10 +347,9 @@ def nan_loss(ctx: Context, rule: Any) -> Iterator[Finding]:
         fixes.append("check the data for empty/all-masked batches, lower the learning rate, "
                      "and compare with a run in fp32")
     where = f"first at line {s.first.line}" + (f", {s.count} times" if s.count > 1 else "")
-    sev = "error"
     yield finding(f"The loss or gradient norm became NaN/inf ({where}). Likely cause(s): "
                   + "; ".join(causes) + ".", fix="; ".join(fixes) + ".", path=path,
-                  severity=sev, evidence=s.evidence)
+                  severity="error", evidence=s.evidence)
 
 
 # ------------------------------------------------------------------------- DS104 loss stuck at 0
@@ -378,11 +385,10 @@ def loss_stuck_at_zero(ctx: Context, rule: Any) -> Iterator[Finding]:
 # ------------------------------------------------------------------------ DS105 GPU OOM ladder
 
 
-def _ladder_options(ctx: Context) -> list[tuple[str, int, bool, bool]]:
-    """DeepSpeed's memory ladder, fastest first: (label, stage, offload opt, offload param)."""
-    return [("ZeRO-2", 2, False, False), ("ZeRO-2 + offload_optimizer to CPU", 2, True, False),
-            ("ZeRO-3", 3, False, False), ("ZeRO-3 + offload_optimizer to CPU", 3, True, False),
-            ("ZeRO-3 + offload_optimizer + offload_param to CPU", 3, True, True)]
+#: DeepSpeed's memory ladder, fastest first: (label, stage, offload opt, offload param).
+_LADDER = (("ZeRO-2", 2, False, False), ("ZeRO-2 + offload_optimizer to CPU", 2, True, False),
+           ("ZeRO-3", 3, False, False), ("ZeRO-3 + offload_optimizer to CPU", 3, True, False),
+           ("ZeRO-3 + offload_optimizer + offload_param to CPU", 3, True, True))
 
 
 def _model_states_gpu(ctx: Context, stage: int, opt: bool, param: bool) -> int | None:
@@ -429,12 +435,13 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     head += f" (line {s.first.line}" + (f", {s.count} times" if s.count > 1 else "") + ")."
     steps: list[str] = []
     path = None
-    change = None
     stage = zero_stage(ctx)
     opt = offload_device(ctx, "optimizer")
     par = offload_device(ctx, "param")
     gc = trainer_arg(ctx, "gradient_checkpointing")
     total_params, _, src = param_count(ctx)
+    step_frame = _optimizer_step_frame(ctx, s)
+    sub = ctx.cfg_get("zero_optimization.sub_group_size", 1e9)
     # Where the model states alone stand (DeepSpeed's estimator), when the size is known.
     states = ""
     if stage is not None and stage >= 2 and total_params:
@@ -480,18 +487,15 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     else:
         live = ctx.cfg_get("zero_optimization.stage3_max_live_parameters", 1e9)
         reuse = ctx.cfg_get("zero_optimization.stage3_max_reuse_distance", 1e9)
-        sub = ctx.cfg_get("zero_optimization.sub_group_size", 1e9)
         steps.append(f"lower zero_optimization.stage3_max_live_parameters ({_num(live)}) and "
                      f"stage3_max_reuse_distance ({_num(reuse)}) to 1e8")
-        if _optimizer_step_frame(ctx, s) is None:
+        if step_frame is None:
             steps.append(f"if the OOM is in the optimizer step, lower sub_group_size "
                          f"({_num(sub)}) to 1e8")
         steps.append("then NVMe offload (ZeRO-Infinity: offload_param/offload_optimizer "
                      'device "nvme" with nvme_path), or more GPUs')
         path = path or "zero_optimization.stage3_max_live_parameters"
-    step_frame = _optimizer_step_frame(ctx, s)
     if step_frame is not None and stage is not None and stage >= 3:
-        sub = ctx.cfg_get("zero_optimization.sub_group_size", 1e9)
         steps.insert(0, f"the OOM is in the optimizer step ({step_frame}): lower "
                         f"zero_optimization.sub_group_size ({_num(sub)}) to 1e8 first")
         path = "zero_optimization.sub_group_size"
@@ -502,7 +506,7 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     steps.append("a smaller per-device batch with more gradient accumulation")
     # Which ladder rung would fit the model states in half the GPU (room for activations).
     if total and total_params and stage is not None:
-        for label, st, o, p in _ladder_options(ctx):
+        for label, st, o, p in _LADDER:
             if (st, o, p) <= (stage, bool(opt), bool(par)):
                 continue
             need = _model_states_gpu(ctx, st, o, p)
@@ -514,7 +518,7 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     src_note = f" (GPU size from {total_src})" if total_src else ""
     yield finding(head + states + src_note, fix="Next: " + steps[0] + ". Then: "
                   + "; ".join(steps[1:]) + "." if len(steps) > 1 else "Next: " + steps[0] + ".",
-                  path=path, evidence=s.evidence, change=change)
+                  path=path, evidence=s.evidence)
 
 
 def _num(v: Any) -> str:
@@ -547,7 +551,8 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     stage = zero_stage(ctx)
     total, largest, src = param_count(ctx)
     ram = ctx.env_get("cpu.ram_total_bytes")
-    script = (lf.best_launch().script if lf.best_launch() else None) or ""
+    launch = lf.best_launch()
+    script = (launch.script if launch else None) or ""
     if "zero_to_fp32" in script or any("zero_to_fp32" in e.text for e in s.evidence):
         bits.append("zero_to_fp32.py needs about twice the final fp32 weights in RAM.")
         fixes.append("run zero_to_fp32.py on a machine with more RAM, or save 16-bit weights "
@@ -847,14 +852,10 @@ def offload_client_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
     what = f" ({opt})" if opt else ""
     ds_v = ctx.env_get("packages.deepspeed") or log_facts(ctx).version("deepspeed")
     old = ""
-    if isinstance(ds_v, str):
-        try:
-            parts = tuple(int(x) for x in ds_v.split("+")[0].split(".")[:3])
-            if parts < (0, 8, 3):
-                old = (f" DeepSpeed {ds_v} is older than 0.8.3, which added "
-                       "zero_force_ds_cpu_optimizer: upgrade, or use a config optimizer.")
-        except ValueError:
-            pass
+    dsv = version_tuple(ds_v)
+    if dsv is not None and dsv < (0, 8, 3):
+        old = (f" DeepSpeed {ds_v} is older than 0.8.3, which added "
+               "zero_force_ds_cpu_optimizer: upgrade, or use a config optimizer.")
     yield finding(
         f"ZeRO-Offload was given a client optimizer{what}; DeepSpeed only trusts its own "
         f"CPU optimizer (DeepSpeedCPUAdam) with offload_optimizer (line {s.first.line}).{old}",
