@@ -10,6 +10,7 @@ down, and so that ``dsdoctor env`` stays fast on machines without them.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -558,11 +559,19 @@ def validate_snapshot(data: Any, where: str = "snapshot") -> dict[str, Any]:
     return data
 
 
+@functools.cache
+def _local_snapshot() -> dict[str, Any]:
+    # Once per process: `report` loads the env and its analysis loads it again, and `watch`
+    # re-runs the rules on every refresh; the machine does not change in between.
+    return collect(ops=False)
+
+
 def load_snapshot(path: str) -> dict[str, Any]:
-    """Read an environment snapshot: ``local`` collects one now (without the op report), anything
-    else is a JSON file from ``dsdoctor env --format json``. Bad input raises UsageError."""
+    """Read an environment snapshot: ``local`` collects one (without the op report, once per
+    process), anything else is a JSON file from ``dsdoctor env --format json``. Bad input raises
+    UsageError. The result is shared: do not modify it."""
     if path == "local":
-        return collect(ops=False)
+        return _local_snapshot()
     p = Path(path)
     try:
         size = p.stat().st_size
