@@ -15,7 +15,8 @@ def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """Run the analysis; the issue can still be written (from the log alone) if it fails."""
     from dsdoctor.pipeline import run_analysis  # noqa: PLC0415
     try:
-        # The env is loaded (and validated) by us; the analysis gets the same argument.
+        # The env is loaded (and validated) by run() too; the analysis gets the same argument
+        # (load_snapshot collects 'local' once per process, so the machine is probed once).
         return run_analysis(logs=args.logs, configs=args.config or [], model=args.model,
                             env=args.env, scripts=args.script or [], engine=args.engine,
                             ds_version=args.ds_version), []
