@@ -195,7 +195,7 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
         from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
         trainers=tuple(v.trainers), accelerators=tuple(v.accelerators),
         ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
-        imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft)
+        imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports)
 
 
 def _dotted(node: ast.AST) -> str:
@@ -265,15 +265,12 @@ class _Visitor(ast.NodeVisitor):
 
     # ----------------------------------------------------------------------- imports
     def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            self.imports.add(a.name.split(".")[0])
-        self.uses_peft |= any(a.name.split(".")[0] == "peft" for a in node.names)
+        self.imports.update(a.name.split(".")[0] for a in node.names)
         self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.module and node.level == 0:
             self.imports.add(node.module.split(".")[0])
-            self.uses_peft |= node.module.split(".")[0] == "peft"
         self.generic_visit(node)
 
     # ----------------------------------------------------------------------- assignments
@@ -320,13 +317,12 @@ class _Visitor(ast.NodeVisitor):
         elif last == "from_pretrained" and isinstance(node.func, ast.Attribute):
             receiver = _dotted(node.func.value)
             if not any(tag in receiver for tag in _NOT_MODELS):
-                self.from_pretrained.append(self._site(node))
+                site = self._site(node)
+                self.from_pretrained.append(site)
                 if "PeftModel" in receiver:
                     self.uses_peft = True
-                for key in ("torch_dtype", "dtype"):
-                    if key in kw:
-                        self.dtypes.append(DtypeUse(self._site(node), key,
-                                                    _dtype_literal(kw[key])))
+                self.dtypes.extend(DtypeUse(site, key, _dtype_literal(kw[key]))
+                                   for key in ("torch_dtype", "dtype") if key in kw)
         elif last in _TRAINING_ARGS:
             self.training_args.append(self._site(node))
         elif last in _TRAINER_CLASSES:
@@ -340,9 +336,9 @@ class _Visitor(ast.NodeVisitor):
         elif last in ("get_peft_model", "prepare_model_for_kbit_training", "LoraConfig"):
             self.uses_peft = True
         if last == "BitsAndBytesConfig":
-            for key in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype"):
-                if key in kw:
-                    self.dtypes.append(DtypeUse(self._site(node), key, _dtype_literal(kw[key])))
+            self.dtypes.extend(DtypeUse(self._site(node), key, _dtype_literal(kw[key]))
+                               for key in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype")
+                               if key in kw)
         self.generic_visit(node)
 
 
