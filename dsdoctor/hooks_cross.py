@@ -61,11 +61,12 @@ _PRE_AMPERE = re.compile(r"\b(V100|T4|P100|P40|P4|K80|M60|Titan V|TITAN V|Quadro
 def _pre_ampere(ctx: Context) -> list[str]:
     """Names of GPUs that lack bf16 (env compute capability, else names in the log)."""
     out = []
-    for g in _gpus(ctx):
+    gpus = _gpus(ctx)
+    for g in gpus:
         cc = _cc(g)
         if cc is not None and cc < (8, 0):
             out.append(f"{g.get('name', 'GPU')} (compute capability {cc[0]}.{cc[1]})")
-    if not _gpus(ctx):
+    if not gpus:
         for g in log_facts(ctx).gpus:
             name = g.get("name")
             if isinstance(name, str) and _PRE_AMPERE.search(name):
@@ -100,7 +101,6 @@ def bf16_model_in_fp16(ctx: Context, rule: Any) -> Iterator[Finding]:
     trouble = [k for k in ("nan-loss", "loss-scale-collapse", "fp16-overflow", "loss-zero")
                if ctx.has_symptom(k)]
     sev = "error" if trouble else "warning"
-    seen = ""
     if trouble:
         s = ctx.symptom(trouble[0])
         seen = (f" The log already shows {', '.join(trouble)} (first at line {s.first.line}).")
@@ -310,18 +310,14 @@ def bf16_on_pre_ampere(ctx: Context, rule: Any) -> Iterator[Finding]:
 # ---------------------------------------------------------- DS205/DS206 ZeRO-3 loading order
 
 
-def _zero3_or_unknown(ctx: Context) -> bool:
-    st = zero_stage(ctx)
-    return st is None or st == 3
-
-
 def hf_deepspeed_config_dropped(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS205: HfDeepSpeedConfig not kept alive, or created after from_pretrained."""
-    if not _zero3_or_unknown(ctx):
+    stage = zero_stage(ctx)
+    if stage not in (None, 3):
         return
+    sev = "error" if stage == 3 else "warning"
     for sc in ctx.scripts:
         for site, what in sc.hf_ds_config_problems():
-            sev = "error" if zero_stage(ctx) == 3 else "warning"
             yield finding(
                 f"{sc.path}:{site.line}: HfDeepSpeedConfig is {what}. Under ZeRO-3 Transformers "
                 "looks for a live HfDeepSpeedConfig inside from_pretrained to load the model "
@@ -335,7 +331,8 @@ def hf_deepspeed_config_dropped(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 def training_args_after_from_pretrained(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS206: TrainingArguments created after from_pretrained under ZeRO-3."""
-    if zero_stage(ctx) != 3 and not (zero_stage(ctx) is None and any(
+    stage = zero_stage(ctx)
+    if stage != 3 and not (stage is None and any(
             "deepspeed" in (site.text or "") for sc in ctx.scripts for site in sc.training_args)):
         return
     for sc in ctx.scripts:
@@ -416,7 +413,7 @@ def _qlora(ctx: Context) -> bool:
     for sc in ctx.scripts:
         if any(d.key.startswith("bnb_4bit") for d in sc.dtypes):
             return True
-    q = (ctx.model_config or {}).get("quantization_config") if ctx.model_config else None
+    q = (ctx.model_config or {}).get("quantization_config")
     return isinstance(q, dict) and bool(q.get("load_in_4bit"))
 
 
