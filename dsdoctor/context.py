@@ -5,26 +5,18 @@
 Rules only read it; the one thing they may add is a note that a fact was missing and which flag
 would supply it (:meth:`Context.missing`), so the report can say "give --env to check CPU RAM".
 
-Optional collaborators (issue 3 part B) are looked up lazily so the context works while they are
-written and when a piece is absent:
-
-* ``dsdoctor.logfacts.extract(facts) -> LogFacts`` with attributes ``trainer_args`` (dict of
-  Trainer argument -> value, as typed as the log allows), ``ds_config`` (the DeepSpeed config
-  rebuilt from the engine's printed config, or None), ``world_size`` (int or None),
-  ``uses_trainer`` (bool or None);
-* ``dsdoctor.modelinfo.load_model_info(path) -> ModelInfo`` (``--model``);
-* ``dsdoctor.scriptcheck.check_script(path) -> ScriptFacts`` (``--script``);
-* ``dsdoctor.envinfo.load_snapshot(path) -> dict`` and ``envinfo.collect() -> dict`` (``--env``).
+The inputs are read by ``dsdoctor.logfacts.extract`` (the log's facts), ``modelinfo.load_model_info``
+(``--model``), ``scriptcheck.check_script`` (``--script``) and ``envinfo.load_snapshot`` (``--env``),
+each imported only when its input is given.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from dsdoctor.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.errors import UsageError
@@ -32,8 +24,6 @@ from dsdoctor.model import Fact, Symptom, TimelinePoint
 
 #: The release the config lints target when nothing says which DeepSpeed runs the config.
 DEFAULT_DS_VERSION = "0.19.8"
-
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -125,10 +115,7 @@ class Context:
 
     def env_get(self, path: str, default: Any = None) -> Any:
         """Value at a dotted path of the env snapshot (``cpu.ram_total_bytes``, ``gpus[0].name``)."""
-        if not self.env:
-            return default
-        value = lookup(self.env, path, _MISSING)
-        return default if value is _MISSING else value
+        return lookup(self.env, path, default) if self.env else default
 
     def gpu_memory_bytes(self) -> int | None:
         """Smallest GPU memory (the GPU that OOMs first): env snapshot, else the log, else None."""
@@ -149,7 +136,7 @@ class Context:
     @property
     def inputs(self) -> dict[str, Any]:
         """What this analysis used besides the log (for ``Report.inputs``)."""
-        out: dict[str, Any] = {
+        return {
             "configs": [{"path": d.path, "kind": d.kind} for d in self.configs],
             "deepspeed_config": (None if self.ds is None else
                                  {"source": self.ds_source, "path": self.cfg_file()}),
@@ -161,47 +148,9 @@ class Context:
                            if self.world_size else None),
             "trainer": self.uses_trainer,
         }
-        return out
 
 
 # ------------------------------------------------------------------------------------ building
-
-def _optional(module: str, attr: str) -> Any:
-    """``module.attr`` if that module exists and defines it, else None (work in progress)."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            return None
-        raise
-    return getattr(mod, attr, None)
-
-
-def load_env(spec: str) -> dict[str, Any]:
-    """An env snapshot from ``dsdoctor env --format json`` output, or ``local`` for this machine."""
-    if spec == "local":
-        collect = _optional("dsdoctor.envinfo", "collect")
-        if collect is None:
-            raise UsageError("--env local: environment collection is not available in this build; "
-                             "give a snapshot file made with 'dsdoctor env --format json'")
-        return collect()
-    loader = _optional("dsdoctor.envinfo", "load_snapshot")
-    if loader is not None:
-        return loader(spec)
-    try:
-        with open(spec, "rb") as fh:
-            raw = fh.read(16 * 1024 * 1024)
-        data = json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{spec}: no such env snapshot; make one with 'dsdoctor env --format json'") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{spec}: not a JSON env snapshot ({type(exc).__name__}); make one with "
-                         "'dsdoctor env --format json'") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{spec}: an env snapshot must be a JSON object; make one with "
-                         "'dsdoctor env --format json'")
-    return data
-
 
 def _raw_model_config(path: str) -> dict[str, Any] | None:
     """The model's config.json as plain JSON (read, never executed), or None."""
@@ -222,17 +171,6 @@ def _version_of(value: Any) -> str | None:
         m = _VERSION.match(value.strip().lstrip("v"))
         if m:
             return m.group()
-    return None
-
-
-def _log_ds_version(facts: Iterable[Fact]) -> str | None:
-    for f in facts:
-        if f.name == "package-version":
-            pkg = str(f.values.get("package") or f.values.get("name") or "").lower()
-            if pkg == "deepspeed":
-                v = _version_of(f.values.get("version"))
-                if v:
-                    return v
     return None
 
 
@@ -293,35 +231,28 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
                              "against the log")
 
     # Facts the log states (part B's logfacts): Trainer arguments, printed config, world size.
-    extract = _optional("dsdoctor.logfacts", "extract")
-    if extract is not None and ctx.facts:
-        lf = extract(ctx.facts)
-        ctx.log_facts = lf
-        ctx.trainer_args.update(getattr(lf, "trainer_args", None) or {})
-        ds_log = getattr(lf, "ds_config", None)
+    if ctx.facts:
+        from dsdoctor.logfacts import extract
+
+        lf = ctx.log_facts = extract(ctx.facts)
+        ctx.trainer_args.update(lf.trainer_args)
+        ds_log = lf.ds_config
         if isinstance(ds_log, dict) and ds_log:
             ctx.ds_from_log = ds_log
             if ctx.ds is None:
                 # A config rebuilt from the engine's attribute dump has names dsdoctor chose:
                 # mark it synthesized so key-name lints (DS302/303/319) leave it alone. The
                 # user's own JSON block printed by the engine is linted like a file.
-                rebuilt = getattr(lf, "ds_config_source", None) != "json"
+                rebuilt = lf.ds_config_source != "json"
                 ctx.ds = ConfigDoc("<log: DeepSpeed config>", "deepspeed", ds_log, synthesized=rebuilt)
                 ctx.ds_source = "log"
                 ctx.notes.append("no --config: checked the DeepSpeed config the engine printed in "
                                  "the log")
-        ws = getattr(lf, "world_size", None)
+        ws = lf.world_size
         if isinstance(ws, int) and ws > 0:
             ctx.world_size, ctx.world_size_source = ws, "log"
-        if getattr(lf, "uses_trainer", None) is not None:
+        if lf.uses_trainer is not None:
             ctx.uses_trainer = bool(lf.uses_trainer)
-
-    if ctx.world_size is None:
-        # Without logfacts (or when it found none), the launcher's own world-size facts do.
-        sizes = [f.values.get("world_size") for f in ctx.facts if f.name == "world-size"]
-        sizes = [s for s in sizes if isinstance(s, int) and s > 0]
-        if sizes:
-            ctx.world_size, ctx.world_size_source = max(sizes), "log"
 
     explicit = getattr(args, "trainer_args", None)
     if explicit:
@@ -333,7 +264,9 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     # Environment snapshot.
     env_spec = getattr(args, "env", None)
     if env_spec:
-        ctx.env = load_env(env_spec)
+        from dsdoctor.envinfo import load_snapshot  # "local" collects this machine's
+
+        ctx.env = load_snapshot(env_spec)
         ctx.env_source = "this machine" if env_spec == "local" else env_spec
         if ctx.world_size is None:
             gpus = ctx.env_get("gpus")
@@ -346,32 +279,25 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     # Model config (never weights).
     model_path = getattr(args, "model", None)
     if model_path:
-        load_model = _optional("dsdoctor.modelinfo", "load_model_info")
-        if load_model is None:
-            ctx.notes.append(f"--model {model_path}: model analysis is not available in this build")
-        else:
-            ctx.model = load_model(model_path)
+        from dsdoctor.modelinfo import load_model_info
+
+        ctx.model = load_model_info(model_path)
         ctx.model_config = _raw_model_config(model_path)
 
     # Training scripts: read as text for AST checks; never imported or run.
-    check = _optional("dsdoctor.scriptcheck", "check_script")
-    for path in getattr(args, "script", None) or []:
+    scripts = getattr(args, "script", None) or []
+    if scripts:
+        from dsdoctor.scriptcheck import check_script
+    for path in scripts:
         try:
             with open(path, "rb") as fh:
                 ctx.script_sources[path] = fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
         except OSError as exc:
             raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script path") from None
-        if check is not None:
-            ctx.scripts.append(check(path))
-    if ctx.uses_trainer is None and ctx.script_sources:
-        if ctx.scripts:
-            ctx.uses_trainer = any(bool(getattr(sf, "uses_trainer", False)) for sf in ctx.scripts)
-        else:  # scriptcheck unavailable: a plain word search, good enough for this one fact
-            ctx.uses_trainer = any(
-                re.search(r"\b(Trainer|SFTTrainer|Seq2SeqTrainer|TrainingArguments)\b", src)
-                for src in ctx.script_sources.values())
-    ctx.uses_accelerate = ctx.accelerate is not None or any(
-        bool(getattr(sf, "uses_accelerate", False)) for sf in ctx.scripts)
+        ctx.scripts.append(check_script(path))
+    if ctx.uses_trainer is None and ctx.scripts:
+        ctx.uses_trainer = any(sf.uses_trainer for sf in ctx.scripts)
+    ctx.uses_accelerate = ctx.accelerate is not None or any(sf.uses_accelerate for sf in ctx.scripts)
 
     # Which DeepSpeed release the config is linted for.
     target = _version_of(getattr(args, "ds_version", None))
@@ -379,9 +305,7 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
         ctx.ds_version, ctx.ds_version_source = target, "--ds-version"
     else:
         env_v = _version_of(ctx.env_get("packages.deepspeed"))
-        log_v = _log_ds_version(ctx.facts)
-        if ctx.log_facts is not None and hasattr(ctx.log_facts, "version"):
-            log_v = _version_of(ctx.log_facts.version("deepspeed")) or log_v
+        log_v = _version_of(ctx.log_facts.version("deepspeed")) if ctx.log_facts is not None else None
         if env_v:
             ctx.ds_version, ctx.ds_version_source = env_v, "env"
         elif log_v:
@@ -389,4 +313,4 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     return ctx
 
 
-__all__ = ["Context", "Missing", "build_context", "load_env", "DEFAULT_DS_VERSION"]
+__all__ = ["Context", "Missing", "build_context", "DEFAULT_DS_VERSION"]
