@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsdoctor.model import Evidence, Fact, Symptom, TimelinePoint
+from dsdoctor.model import Evidence, Fact, Symptom, TimelinePoint, json_number
 
 MAX_EVIDENCE = 8
 MAX_RANK_EVIDENCE = 8
@@ -22,20 +22,13 @@ TIMELINE_FIELDS = ("step", "loss", "grad_norm", "loss_scale", "skipped", "lr", "
                    "epoch")
 
 
-def _json_number(v: float) -> Any:
-    """NaN and infinities are not JSON: keep them as strings a reader recognizes."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    return v
-
-
 @dataclass
 class _KindState:
     kind: str
     count: int = 0
     first: Evidence | None = None
     last: Evidence | None = None
-    firsts: list[tuple[int, int, Evidence]] = field(default_factory=list)  # (strength, seq, ev)
+    firsts: list[Evidence] = field(default_factory=list)
     strongest: list[tuple[int, int, Evidence]] = field(default_factory=list)
     by_rank: dict[int, Evidence] = field(default_factory=dict)
     ranks: set[int] = field(default_factory=set)
@@ -43,7 +36,6 @@ class _KindState:
     patterns: dict[str, int] = field(default_factory=dict)
     numbers: dict[str, dict[str, Any]] = field(default_factory=dict)
     texts: dict[str, list[str]] = field(default_factory=dict)
-    last_strength: int = 0
 
 
 class SymptomAggregator:
@@ -63,7 +55,6 @@ class SymptomAggregator:
         if st.first is None:
             st.first = ev
         st.last = ev
-        st.last_strength = strength
         st.files.setdefault(ev.file, None)
         st.patterns[pattern_id] = st.patterns.get(pattern_id, 0) + 1
         if ev.rank is not None:
@@ -71,7 +62,7 @@ class SymptomAggregator:
             if ev.rank not in st.by_rank and len(st.by_rank) < MAX_RANK_EVIDENCE:
                 st.by_rank[ev.rank] = ev
         if len(st.firsts) < 3:
-            st.firsts.append((strength, self._seq, ev))
+            st.firsts.append(ev)
         # keep the 3 strongest (earliest wins ties)
         item = (strength, -self._seq, ev)
         if len(st.strongest) < 3:
@@ -114,13 +105,13 @@ class SymptomAggregator:
             for _, _, ev in st.strongest:
                 take(ev)
             take(st.first)
-            for _, _, ev in st.firsts:
+            for ev in st.firsts:
                 take(ev)
             take(st.last)
             for ev in st.by_rank.values():
                 take(ev)
             values: dict[str, Any] = {
-                k: {kk: _json_number(vv) for kk, vv in v.items()} for k, v in st.numbers.items()
+                k: {kk: json_number(vv) for kk, vv in v.items()} for k, v in st.numbers.items()
             }
             values.update(st.texts)
             out[kind] = Symptom(

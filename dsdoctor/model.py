@@ -7,6 +7,7 @@ renderers only render a :class:`Report`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +32,13 @@ SYMPTOM_KINDS: tuple[str, ...] = (
 )
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+
+
+def json_number(v: Any) -> Any:
+    """NaN and infinities are not JSON: write them as strings a reader recognizes."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    return v
 
 
 @dataclass(frozen=True)

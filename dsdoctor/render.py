@@ -7,16 +7,16 @@ import json
 import math
 from typing import Any
 
-from dsdoctor.model import Evidence, Report, Symptom, TimelinePoint
+from dsdoctor.model import Evidence, Report, Symptom, TimelinePoint, json_number
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 EVIDENCE_IN_TEXT = 3
 
 
 def _clean(obj: Any) -> Any:
-    """JSON has no NaN/Infinity: write them as strings."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    """JSON has no NaN/Infinity: write them as strings, at any depth."""
+    if isinstance(obj, float):
+        return json_number(obj)
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -110,6 +110,12 @@ def inputs_summary(report: Report) -> list[str]:
     return out
 
 
+def _config_where(f) -> str:
+    """``file:line`` of a finding's config key (``config`` when the file is not known)."""
+    where = f.config_file or "config"
+    return f"{where}:{f.config_line}" if f.config_line else where
+
+
 def _counts(report: Report) -> dict[str, int]:
     c = {"error": 0, "warning": 0, "info": 0}
     for f in report.findings:
@@ -180,10 +186,7 @@ def render_text(report: Report, color: bool = True, width: int | None = None) ->
             if f.message:
                 para(f.message)
             if f.config_path:
-                where = f.config_file or "config"
-                if f.config_line:
-                    where += f":{f.config_line}"
-                para(Text(f"config: {where} {f.config_path}", style="dim"))
+                para(Text(f"config: {_config_where(f)} {f.config_path}", style="dim"))
             if f.fix:
                 fix = Text("fix: ", style="bold green")
                 fix.append(f.fix)
@@ -276,10 +279,7 @@ def render_markdown(report: Report) -> str:
             if f.message:
                 out.append(f"  - {f.message}")
             if f.config_path:
-                where = f.config_file or "config"
-                if f.config_line:
-                    where += f":{f.config_line}"
-                out.append(f"  - config: `{where}` `{f.config_path}`")
+                out.append(f"  - config: `{_config_where(f)}` `{f.config_path}`")
             if f.fix:
                 out.append(f"  - fix: {f.fix}")
             if f.evidence:

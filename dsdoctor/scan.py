@@ -119,13 +119,7 @@ class Scanner:
                 self.notes.append(f"{name}: truncated gzip stream; analyzed the first "
                                   f"{total:,} bytes")
                 n = 0
-            except (OSError, ValueError) as exc:  # zlib.error is an OSError subclass? not always
-                if total == 0:
-                    raise UsageError(f"{name}: cannot read ({exc}); check the file") from None
-                self.notes.append(f"{name}: read error after {total:,} bytes ({exc}); "
-                                  "analyzed what was readable")
-                n = 0
-            except Exception as exc:  # noqa: BLE001 - e.g. zlib.error from a corrupt gzip
+            except Exception as exc:  # noqa: BLE001 - OSError, zlib.error from a corrupt gzip...
                 if total == 0:
                     raise UsageError(f"{name}: cannot read ({exc}); check the file") from None
                 self.notes.append(f"{name}: read error after {total:,} bytes ({exc}); "
@@ -171,8 +165,6 @@ class Scanner:
         pos = 0
         line = base_line
         count = buf.count
-        rfind = buf.rfind
-        find = buf.find
         # hits and timeline samples in one pass of newline counting
         items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
         for off, idx, *rest in items:
@@ -185,10 +177,7 @@ class Scanner:
                               rank=seg.rank if seg.rank is not None else file_rank)
                 self.timeline.add(self.timeline_patterns[idx].id, ev, values)
                 continue
-            line_start = rfind(b"\n", 0, off) + 1
-            seg_start = rfind(b"\r", line_start, off) + 1
-            if seg_start < line_start:
-                seg_start = line_start
+            line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have)
             key = (seg_start, idx)
             if key in seen:
                 continue
@@ -196,13 +185,6 @@ class Scanner:
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
-            nl = find(b"\n", off, have)
-            line_end = nl if nl != -1 else have
-            cr = find(b"\r", off, line_end)
-            seg_end = cr if cr != -1 else line_end
-            if seg_end - seg_start > 4 * SEGMENT_WINDOW:
-                seg_start = max(seg_start, off - SEGMENT_WINDOW)
-                seg_end = min(seg_end, off + SEGMENT_WINDOW)
             pat = patterns[idx]
             seg = normalize(bytes(buf[seg_start:seg_end]))
             following: list[str] = []
@@ -253,19 +235,32 @@ class Scanner:
             for off, idx in self.engine_timeline.candidates(window, len(window)):
                 if idx in taken:
                     continue
-                ls = window.rfind(b"\n", 0, off) + 1
-                ss = max(ls, window.rfind(b"\r", ls, off) + 1)
-                nl = window.find(b"\n", off)
-                le = nl if nl != -1 else len(window)
-                cr = window.find(b"\r", off, le)
-                seg = normalize(window[ss:cr if cr != -1 else le])
+                ls, ss, se, _ = _segment_at(window, off, len(window))
+                seg = normalize(window[ss:se])
                 values = self.timeline_patterns[idx].match(seg.text)
                 if values is None:
                     continue
                 taken.add(idx)
                 out.append((begin + ls, idx, seg, values))
-        out.sort(key=lambda t: t[0])
-        return out
+        return out  # windows and their candidates come in offset order
+
+
+def _segment_at(buf, off: int, have: int) -> tuple[int, int, int, int]:
+    """(line start, segment start, segment end, line end) around offset ``off`` of ``buf[:have]``.
+
+    A segment is the ``\r``/``\n``-delimited piece holding ``off``; inside a huge segment
+    without separators only a window around ``off`` is kept.
+    """
+    line_start = buf.rfind(b"\n", 0, off) + 1
+    seg_start = max(line_start, buf.rfind(b"\r", line_start, off) + 1)
+    nl = buf.find(b"\n", off, have)
+    line_end = nl if nl != -1 else have
+    cr = buf.find(b"\r", off, line_end)
+    seg_end = cr if cr != -1 else line_end
+    if seg_end - seg_start > 4 * SEGMENT_WINDOW:
+        seg_start = max(seg_start, off - SEGMENT_WINDOW)
+        seg_end = min(seg_end, off + SEGMENT_WINDOW)
+    return line_start, seg_start, seg_end, line_end
 
 
 def _next_lines(buf, line_end: int, n: int, have: int) -> list[str]:

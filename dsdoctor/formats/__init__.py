@@ -96,11 +96,8 @@ class Pattern:
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([KMGTP]?i?B|bytes?)?\s*$", re.I)
-_UNITS = {
-    "": 1, "b": 1, "byte": 1, "bytes": 1,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
-}
+# torch prints "GiB"/"MiB" (binary); the bare "GB"/"MB" of its older messages are binary too
+_UNIT_POWER = {"": 0, "b": 0, "byte": 0, "bytes": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
 
 def convert(raw: str, typ: str) -> Any:
@@ -110,24 +107,17 @@ def convert(raw: str, typ: str) -> Any:
         if typ == "int":
             return int(raw.replace(",", ""))
         if typ == "float":
-            low = raw.lower()
-            if low in ("nan", "-nan", "+nan"):
-                return math.nan
-            if low in ("inf", "+inf", "infinity", "+infinity"):
-                return math.inf
-            if low in ("-inf", "-infinity"):
-                return -math.inf
-            return float(raw.replace(",", ""))
+            v = float(raw.replace(",", ""))  # also "nan", "-inf", "Infinity"
+            # one NaN object for every NaN: results then compare equal (nan != nan, but
+            # containers compare identical objects as equal), e.g. the two engines' timelines
+            return math.nan if v != v else v
         if typ == "bytes":
             m = _SIZE_RE.match(raw)
             if not m:
                 return None
             unit = (m.group(2) or "").lower()
-            # torch prints "GiB"/"MiB" (binary); a bare "GB" from torch's older messages is binary too
-            mult = _UNITS.get(unit)
-            if unit in ("kb", "mb", "gb", "tb"):
-                mult = _UNITS[unit[0] + "ib"]
-            return int(float(m.group(1)) * (mult or 1))
+            power = _UNIT_POWER.get(unit, _UNIT_POWER.get(unit[:1], 0))
+            return int(float(m.group(1)) * 1024 ** power)
         if typ == "bool":
             return raw.lower() in ("true", "1", "yes", "on")
     except (ValueError, OverflowError):
