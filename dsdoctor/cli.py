@@ -9,7 +9,7 @@ import sys
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
 
-# Modules exposing ``register(subparsers)``; a missing module (work in progress) is skipped.
+# Modules exposing ``register(subparsers)``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
     "dsdoctor.cmd_analyze",
     "dsdoctor.cmd_env",
@@ -38,13 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dsdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        mod.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -7,10 +7,9 @@ import os
 import sys
 
 from dsdoctor.errors import UsageError
-from dsdoctor.pipeline import build_report, evaluate
 from dsdoctor.cli_options import add_input_options
+from dsdoctor.pipeline import analyze
 from dsdoctor.render import render
-from dsdoctor.scan import ScanResult, scan_files
 
 EPILOG = """examples:
   dsdoctor analyze train.log
@@ -57,15 +56,10 @@ def run(args: argparse.Namespace) -> int:
                          "for a pre-flight check")
     if args.logs.count("-") > 1:
         raise UsageError("standard input ('-') can be given only once")
-    scan = scan_files(args.logs, engine=args.engine) if args.logs else ScanResult(
-        engine=args.engine)
-    findings, inputs, notes = evaluate(args, scan)
-    report = build_report(scan, findings, inputs, notes)
+    report = analyze(args)
     if args.fix_out:
-        try:
-            from dsdoctor import fixout  # noqa: PLC0415
-        except ModuleNotFoundError:
-            raise UsageError("--fix-out is not available in this build") from None
+        from dsdoctor import fixout  # noqa: PLC0415
+
         written = fixout.write_fixed(args, report)
         if written:
             print(f"dsdoctor: wrote fixed config to {written}", file=sys.stderr)

@@ -1,7 +1,6 @@
 """The analysis as a function: logs (+ config, model, env, scripts) in, a frozen Report out.
 
-Used by ``dsdoctor analyze``, ``dsdoctor report`` and the tests. The rules engine and the
-context builder are optional imports so that the scanner works on its own.
+Used by ``dsdoctor analyze``, ``dsdoctor report``, ``dsdoctor watch`` and the tests.
 """
 
 from __future__ import annotations
@@ -38,28 +37,31 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
 
 
 def evaluate(args: argparse.Namespace, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:
-    """Run the rules engine if it is present: (findings, inputs description, notes)."""
-    try:
-        from dsdoctor import context as context_mod  # noqa: PLC0415
-        from dsdoctor import engine as engine_mod  # noqa: PLC0415
-    except ModuleNotFoundError as exc:  # engine not built (yet): symptoms only
-        if exc.name not in ("dsdoctor.context", "dsdoctor.engine"):
-            raise
-        return [], {"engine": scan.engine}, []
-    ctx = context_mod.build_context(args, scan)
-    findings = list(engine_mod.evaluate(ctx))
-    inputs = dict(getattr(ctx, "inputs", None) or {})
-    inputs.setdefault("engine", scan.engine)
-    notes = list(getattr(ctx, "notes", None) or [])
-    return findings, inputs, notes
+    """Run the rules engine on a scan and the other inputs named by ``args``.
+
+    Returns (findings, a description of the inputs used, notes).
+    """
+    from dsdoctor import context, engine  # noqa: PLC0415 - not needed to import this module
+
+    ctx = context.build_context(args, scan)
+    findings = list(engine.evaluate(ctx))  # rules add notes ("give --env to check ...")
+    inputs = dict(ctx.inputs)
+    inputs["engine"] = scan.engine
+    return findings, inputs, list(ctx.notes)
+
+
+def analyze(args: argparse.Namespace) -> Report:
+    """Scan ``args.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``."""
+    scan = scan_files(args.logs, engine=args.engine) if args.logs else ScanResult(
+        engine=args.engine)
+    findings, inputs, notes = evaluate(args, scan)
+    return build_report(scan, findings, inputs, notes)
 
 
 def run_analysis(logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
                  env: str | None = None, scripts: Sequence[str] = (), engine: str = "auto",
                  ds_version: str | None = None) -> Report:
     """Analyze logs and the other inputs. Raises UsageError on bad input."""
-    scan = scan_files(list(logs), engine=engine) if logs else ScanResult(engine=engine)
-    args = argparse.Namespace(logs=list(logs), config=list(configs), model=model, env=env,
-                              script=list(scripts), ds_version=ds_version, engine=engine)
-    findings, inputs, notes = evaluate(args, scan)
-    return build_report(scan, findings, inputs, notes)
+    return analyze(argparse.Namespace(logs=list(logs), config=list(configs), model=model,
+                                      env=env, script=list(scripts), ds_version=ds_version,
+                                      engine=engine))
