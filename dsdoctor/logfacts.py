@@ -9,6 +9,7 @@ as Python lists are read with :func:`ast.literal_eval` (literals only), dict rep
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import re
@@ -392,9 +393,8 @@ def read_json_block(path: str, line: int) -> dict[str, Any] | None:
     parts: list[str] = []
     depth = 0
     try:
-        for n, raw in enumerate(log.stream, start=1):
-            if n < line:
-                continue
+        # The lines before the block are skipped by islice, without a Python-level loop.
+        for n, raw in enumerate(itertools.islice(log.stream, line - 1, None), start=line):
             text = normalize(raw).text
             if n == line:
                 i = text.find("json = {")
