@@ -84,8 +84,7 @@ class ConfigDoc:
 
     def get(self, path: str, default: Any = None) -> Any:
         """Value at a dotted path, or ``default`` when any part is missing."""
-        value = lookup(self.data, path, _MISSING)
-        return default if value is _MISSING else value
+        return lookup(self.data, path, default)
 
     def has(self, path: str) -> bool:
         """True when the dotted path exists (even with a null value)."""
@@ -104,10 +103,6 @@ class ConfigDoc:
         """1-based line of the key at ``path`` (or of its nearest written ancestor)."""
         pos = self.locate(path)
         return pos.line if pos else None
-
-    def paths(self) -> list[str]:
-        """Every dotted path written in the file, in file order."""
-        return list(self.positions)
 
 
 # ----------------------------------------------------------------------------------------- paths
