@@ -220,11 +220,15 @@ _BURST_MAX = 50
 _LOW_SCALE = 8.0
 
 
+def _lowest_scale(s: Symptom) -> Any:
+    """The lowest loss scale the overflows reached (the next scale, else the attempted one)."""
+    low = vals(s, "next_scale", "min")
+    return vals(s, "attempted_scale", "min") if low is None else low
+
+
 def _overflow_summary(s: Symptom) -> str:
     first = vals(s, "attempted_scale", "first")
-    low = vals(s, "next_scale", "min")
-    if low is None:
-        low = vals(s, "attempted_scale", "min")
+    low = _lowest_scale(s)
     span = f" (lines {s.first.line}-{s.last.line})" if s.last.line != s.first.line else \
         f" (line {s.first.line})"
     txt = f"{s.count} fp16 overflow(s){span}"
@@ -244,8 +248,7 @@ def is_collapse(ctx: Context) -> bool:
     s = ctx.symptom("fp16-overflow")
     if s is None:
         return False
-    low = vals(s, "next_scale", "min")
-    low = vals(s, "attempted_scale", "min") if low is None else low
+    low = _lowest_scale(s)
     return s.count > _BURST_MAX or (isinstance(low, (int, float)) and low <= _LOW_SCALE)
 
 
@@ -281,7 +284,7 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
         parts.append(f"the scaler reached its minimum {col.count} time(s) (line {col.first.line}"
                      f": {col.first.text[:120]!r})")
         ev[:0] = col.evidence
-    why = ("this is not the start-up search: the scale keeps halving because the fp16 "
+    why = ("This is not the start-up search: the scale keeps halving because the fp16 "
            "gradients overflow whatever the scale, so every step is skipped (the model does "
            "not learn) or the run stops")
     power = ctx.cfg_get("fp16.initial_scale_power")
@@ -301,7 +304,7 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
         fixes.append("raise fp16.initial_scale_power to 32 in the DeepSpeed config")
     if not bf16:
         fixes.append("or switch to bf16 (Ampere or newer GPUs) / fp32")
-    yield finding("; ".join(parts) + f". {why[0].upper()}{why[1:]}.",
+    yield finding("; ".join(parts) + f". {why}.",
                   fix="; ".join(fixes) + ".", path=path, evidence=tuple(ev[:8]))
 
 
