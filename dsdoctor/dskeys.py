@@ -167,6 +167,13 @@ def as_number(v: Any) -> float | None:
     return None
 
 
+def as_real(v: Any) -> float | None:
+    """A number as written (not bool, not a string), or None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
 def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
     """Why pydantic (lax mode, as DeepSpeed uses it) would refuse ``value``, or None."""
     if value == "auto" or value is None:

@@ -36,6 +36,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
+from dsdoctor import dskeys
+from dsdoctor.configfile import lookup
 from dsdoctor.context import Context
 from dsdoctor.model import SEVERITIES, SYMPTOM_KINDS, Finding
 
@@ -50,6 +52,7 @@ _SOURCES = ("config", "accelerate", "env", "args", "model")
 _TESTS = ("equals", "in", "exists", "truthy", "gt", "ge", "lt", "le")
 _EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "args", "ds_version",
                  "expect", "note", "world_size"}
+_MISSING = object()
 
 HookFn = Callable[[Context, "Rule"], Iterable[Any]]
 
@@ -143,8 +146,6 @@ def _check_condition(cond: Any, where: str) -> None:
         if bad or len(tests) > 1:
             raise RuleError(f"{where}: '{key}' takes one test of {', '.join(_TESTS)}, got {tests}")
         if key == "config":
-            from dsdoctor import dskeys
-
             table = dskeys.table_for(None)
             p = re.sub(r"\[\d+\]", "", str(val["path"]))
             if not (table.is_known(p) or p in table.sections):
@@ -255,9 +256,6 @@ def find_rule(key: str, rules: Iterable[Rule] | None = None) -> Rule | None:
 
 def _source_value(ctx: Context, source: str, path: str) -> tuple[bool, Any]:
     """(exists, value) of ``path`` in one input of the context."""
-    from dsdoctor.configfile import lookup
-
-    missing = object()
     if source == "config":
         base: Any = ctx.ds.data if ctx.ds is not None else None
     elif source == "accelerate":
@@ -274,16 +272,8 @@ def _source_value(ctx: Context, source: str, path: str) -> tuple[bool, Any]:
             base = vars(base)
     if base is None:
         return False, None
-    value = lookup(base, path, missing)
-    return (value is not missing), (None if value is missing else value)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    return None
+    value = lookup(base, path, _MISSING)
+    return (value is not _MISSING), (None if value is _MISSING else value)
 
 
 def _test(spec: dict[str, Any], exists: bool, value: Any) -> bool:
@@ -303,7 +293,7 @@ def _test(spec: dict[str, Any], exists: bool, value: Any) -> bool:
             return value in (want or [])
         if test == "truthy":
             return bool(value) == bool(want)
-        n, w = _num(value), _num(want)
+        n, w = dskeys.as_real(value), dskeys.as_real(want)
         if n is None or w is None:
             return False
         return {"gt": n > w, "ge": n >= w, "lt": n < w, "le": n <= w}[test]

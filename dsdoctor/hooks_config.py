@@ -13,11 +13,12 @@ which re-measures them when DeepSpeed is installed).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Iterator
 
 from dsdoctor import dskeys
-from dsdoctor.configfile import ConfigDoc
+from dsdoctor.configfile import ConfigDoc, lookup
 from dsdoctor.context import Context
 from dsdoctor.model import Finding
 
@@ -39,24 +40,14 @@ def _lintable(ctx: Context) -> ConfigDoc | None:
 
 def _show(v: Any) -> str:
     """A value as it is written in JSON."""
-    import json
-
     try:
         return json.dumps(v)
     except (TypeError, ValueError):
         return repr(v)
 
 
-def _num(v: Any) -> float | None:
-    """A real number (not bool, not a string)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v)
-
-
-def _numlike(v: Any) -> float | None:
-    """A number, also when written as a string ("8", "2e-5")."""
-    return dskeys.as_number(v)
+_num = dskeys.as_real  # a real number (not bool, not a string)
+_numlike = dskeys.as_number  # a number, also when written as a string ("8", "2e-5")
 
 
 def _fmt(n: float) -> str:
@@ -127,12 +118,13 @@ def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # ------------------------------------------------------------------ DS302/DS303 unknown keys
 
-def _release_story(path: str, value: Any, current: str) -> str:
+def _release_story(path: str, value: Any) -> str:
     """Which releases refuse, ignore or read this key."""
     refuse, ignore, read = [], [], []
+    rejecting = dskeys.releases_rejecting(path, value)
     for rel in dskeys.available_releases():
         t = dskeys.table_for(rel)
-        if rel in dskeys.releases_rejecting(path, value):
+        if rel in rejecting:
             refuse.append(rel)
         elif t.is_known(path):
             read.append(rel)
@@ -157,7 +149,7 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
         if u.rejected != rejected:
             continue
         value = doc.get(u.path)
-        story = _release_story(u.path, value, table.release)
+        story = _release_story(u.path, value)
         mean = f" Did you mean '{u.suggestion}'?" if u.suggestion else ""
         change = None
         if u.suggestion and not doc.has(u.suggestion) and u.suggestion.rpartition(".")[0] == u.section:
@@ -332,28 +324,26 @@ def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
     tb, mb, gas = (nums[k] for k in _BATCH)
     if tb is None or mb is None:
         return  # DeepSpeed derives the missing one; "auto"/strings are DS310/DS318's business
-    gas_v = gas if gas is not None else None
     world = ctx.world_size
-    if gas_v is not None:
-        per_rank = mb * gas_v
+    if gas is not None:
+        per_rank = mb * gas
         if world:
             expect = per_rank * world
             if expect != tb:
                 yield _finding(
                     f"train_batch_size is {_fmt(tb)} but train_micro_batch_size_per_gpu x "
-                    f"gradient_accumulation_steps x world size = {_fmt(mb)} x {_fmt(gas_v)} x "
+                    f"gradient_accumulation_steps x world size = {_fmt(mb)} x {_fmt(gas)} x "
                     f"{world} = {_fmt(expect)} (world size {world} from the {ctx.world_size_source}): "
                     f"DeepSpeed stops with 'Check batch related parameters. train_batch_size is not "
                     f"equal to micro_batch_per_gpu * gradient_acc_step * world_size "
-                    f"{_fmt(tb)} != {_fmt(mb)} * {_fmt(gas_v)} * {world}'.",
+                    f"{_fmt(tb)} != {_fmt(mb)} * {_fmt(gas)} * {world}'.",
                     path="train_batch_size",
                     fix=f"set train_batch_size from {_fmt(tb)} to {_fmt(expect)}, or delete it "
-                        f"(DeepSpeed computes it), or \"auto\" under the Trainer",
-                    change=None)
+                        f"(DeepSpeed computes it), or \"auto\" under the Trainer")
         elif tb % per_rank != 0:
             yield _finding(
                 f"train_batch_size {_fmt(tb)} is not a multiple of train_micro_batch_size_per_gpu x "
-                f"gradient_accumulation_steps = {_fmt(mb)} x {_fmt(gas_v)} = {_fmt(per_rank)}: no "
+                f"gradient_accumulation_steps = {_fmt(mb)} x {_fmt(gas)} = {_fmt(per_rank)}: no "
                 f"world size can satisfy DeepSpeed's check train_batch_size = micro x accumulation "
                 f"x world size.",
                 path="train_batch_size",
@@ -664,7 +654,8 @@ def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
     old_key = "zero_optimization.stage3_gather_fp16_weights_on_model_save"
     alias = "zero_optimization.gather_16bit_weights_on_model_save"
     for k in (key, old_key, alias):
-        if ctx.cfg_get(k) is True or ctx.cfg_get(k) == "true":
+        v = ctx.cfg_get(k)
+        if v is True or v == "true":
             return
     val = ctx.cfg_get(key)
     state = "missing (default false)" if val is None else f"{_show(val)}"
@@ -864,7 +855,6 @@ def numbers_as_strings(ctx: Context, rule: Any) -> Iterator[Finding]:
             change={"op": "set", "path": key, "old": v, "new": new})
 
 
-
 # ------------------------------------------------------------ DS320 --config vs the log's config
 
 def _leaves(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -886,12 +876,10 @@ def config_differs_from_log(ctx: Context, rule: Any) -> Iterator[Finding]:
              if getattr(lf, "ds_config_source", None) == "json"
              else "the engine's printed configuration")
     diffs: list[tuple[str, Any, Any]] = []
+    missing = object()
     for path, mine in _leaves(ctx.ds.data):
         if mine == "auto" or isinstance(mine, (dict, list)) and not mine:
             continue
-        from dsdoctor.configfile import lookup
-
-        missing = object()
         theirs = lookup(ctx.ds_from_log, path, missing)
         if theirs is missing or theirs == "auto":
             continue
