@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dsdoctor.prefilter import ENGINES
+from dsdoctor.model import ENGINES
 
 
 def add_input_options(p: argparse.ArgumentParser) -> None:

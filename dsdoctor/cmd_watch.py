@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     evaluate(args, ScanResult())  # raises UsageError for a bad --config/--env/--model
     if args.plain:
         return run_plain(args)
-    from dsdoctor.tui import Tailer, WatchApp  # noqa: PLC0415 - textual only for watch
+    from dsdoctor.tailer import Tailer  # noqa: PLC0415
+    from dsdoctor.tui import WatchApp  # noqa: PLC0415 - textual only for the TUI
 
     WatchApp(Tailer(args.log, args, from_start=not args.from_end)).run()
     return 0
@@ -49,9 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_plain(args: argparse.Namespace) -> int:
     """One line per event and per new finding; exit 1 if an error finding was raised."""
-    from dsdoctor.tui import Tailer  # noqa: PLC0415
-
     from dsdoctor.redact import Redactor  # noqa: PLC0415
+    from dsdoctor.tailer import Tailer  # noqa: PLC0415 - no textual for --plain
 
     tailer = Tailer(args.log, args, from_start=not args.from_end)
     red = Redactor()  # secrets printed in the log are not echoed

@@ -33,6 +33,9 @@ SYMPTOM_KINDS: tuple[str, ...] = (
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
+#: Prefilter engines (see prefilter.py); here so that the CLI can offer them without importing it.
+ENGINES: tuple[str, ...] = ("auto", "hyperscan", "python")
+
 
 def json_number(v: Any) -> Any:
     """NaN and infinities are not JSON: write them as strings a reader recognizes."""

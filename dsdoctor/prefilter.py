@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dsdoctor.formats import Pattern, required_literals
-
-ENGINES = ("auto", "hyperscan", "python")
+from dsdoctor.model import ENGINES
 
 
 class PythonEngine:
@@ -152,6 +151,11 @@ def hyperscan_available() -> bool:
     except Exception:  # noqa: BLE001 - a broken wheel is "not available"
         return False
     return True
+
+
+def available_engines() -> list[str]:
+    """The engines that can run here (the pure-Python one always can)."""
+    return ["python"] + (["hyperscan"] if hyperscan_available() else [])
 
 
 def make_engine(patterns: Sequence[Pattern], engine: str = "auto"):

@@ -19,7 +19,7 @@ from dsdoctor.errors import UsageError
 #: Longest normalized text kept for one segment (evidence and matching). Lines of many MB exist.
 MAX_SEGMENT_CHARS = 16_384
 
-_ANSI_RE = re.compile(
+ANSI_RE = re.compile(
     r"\x1b\[[0-9;?<=>]*[ -/]*[@-~]"  # CSI: colours, cursor moves
     r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
     r"|\x1b[@-Z\\-_]"  # two-byte escapes
@@ -63,7 +63,7 @@ def normalize(raw: bytes) -> Segment:
     if "\x00" in text:
         text = text.replace("\x00", "")
     if "\x1b" in text:
-        text = _ANSI_RE.sub("", text)
+        text = ANSI_RE.sub("", text)
     text = text.rstrip("\r\n")
     rank: int | None = None
     host: str | None = None

@@ -26,7 +26,7 @@ from dsdoctor.cmd_env import cuda_line, details, fence, gpu_summary, interconnec
 from dsdoctor.cmd_env import os_line, render_markdown, shape
 from dsdoctor.errors import UsageError
 from dsdoctor.model import Report
-from dsdoctor.reader import _ANSI_RE, normalize, open_log
+from dsdoctor.reader import ANSI_RE, normalize, open_log
 from dsdoctor.redact import Redactor
 
 #: target -> (GitHub repository, template style, title prefix)
@@ -188,7 +188,7 @@ def _norm(item: tuple[int, bytes]) -> tuple[int, str, Any]:
 def normalize_display(raw: bytes) -> str:
     """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped."""
     text = raw[:8192].decode("utf-8", errors="replace").replace("\x00", "")
-    return _ANSI_RE.sub("", text).rstrip()[:2000]
+    return ANSI_RE.sub("", text).rstrip()[:2000]
 
 
 def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,

@@ -25,14 +25,14 @@ import pytest
 
 from dsdoctor.formats import load_patterns, required_literals
 from dsdoctor.model import SYMPTOM_KINDS
-from dsdoctor.prefilter import hyperscan_available, make_engine
+from dsdoctor.prefilter import available_engines, make_engine
 from dsdoctor.reader import normalize
 
 ALL_PATTERNS = load_patterns()
 PATTERNS = tuple(p for p in ALL_PATTERNS if p.format != "facts")
 SAMPLES = [(p, i, s) for p in PATTERNS for i, s in enumerate(p.samples)]
 NEGATIVES = [(p, i, n) for p in PATTERNS for i, n in enumerate(p.negatives)]
-ENGINES = ["python"] + (["hyperscan"] if hyperscan_available() else [])
+ENGINES = available_engines()
 
 
 def _split(sample_line: str) -> tuple[str, list[str]]:

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.prefilter import hyperscan_available
+from dsdoctor.prefilter import available_engines
 from dsdoctor.scan import scan_files
 
 HERE = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("DSDOCTOR_SHARED") or HERE.parents[1] / "shared")
 SHARED_LOGS = SHARED / "real_logs"
 EXTRA_LOGS = HERE / "data" / "real_logs_extra"
-ENGINES = ["python"] + (["hyperscan"] if hyperscan_available() else [])
+ENGINES = available_engines()
 
 
 def _rows(root: Path) -> list[dict[str, str]]:

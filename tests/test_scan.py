@@ -10,7 +10,7 @@ import pytest
 
 from dsdoctor import scan as scan_mod
 from dsdoctor.formats import load_file
-from dsdoctor.prefilter import hyperscan_available
+from dsdoctor.prefilter import available_engines, hyperscan_available
 from dsdoctor.scan import Scanner
 
 # Patterns for these tests only, written from real formats (DeepSpeed loss_scaler.py, the
@@ -56,7 +56,7 @@ def patterns():
     return load_file(TEST_FORMATS, "test.yaml")
 
 
-ENGINES = ["python"] + (["hyperscan"] if hyperscan_available() else [])
+ENGINES = available_engines()
 
 
 def scan_bytes(patterns, data: bytes, engine: str, name: str = "t.log"):

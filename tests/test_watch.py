@@ -77,7 +77,8 @@ def test_tui_shows_symptoms_live(tmp_path):
     pytest.importorskip("textual")
     from textual.widgets import DataTable
 
-    from dsdoctor.tui import Tailer, WatchApp
+    from dsdoctor.tailer import Tailer
+    from dsdoctor.tui import WatchApp
 
     path = tmp_path / "live.log"
     path.write_text("starting\n")
