@@ -63,9 +63,11 @@ def apply_changes(data: dict[str, Any], changes: Iterable[dict[str, Any]]) -> tu
         if op == "rename":
             new_path = ch.get("new_path")
             parent, key = _parent_and_key(out, path)
+            if not isinstance(parent, dict) or key not in parent:
+                continue
+            # Only now may the target's missing sections be created (a skipped rename adds none).
             new_parent, new_key = _parent_and_key(out, str(new_path), create=True)
-            if not isinstance(parent, dict) or key not in parent or not isinstance(new_parent, dict) \
-                    or new_key in new_parent:
+            if not isinstance(new_parent, dict) or new_key in new_parent:
                 continue
             # Keep the key's place in its section: rebuild the dict in order.
             if new_parent is parent:
