@@ -79,10 +79,6 @@ class Context:
         """True when the effective DeepSpeed config writes this path."""
         return self.ds is not None and self.ds.has(path)
 
-    def cfg_line(self, path: str) -> int | None:
-        """Line of the key (or of its nearest written ancestor) in its config file."""
-        return self.ds.line(path) if self.ds is not None else None
-
     def cfg_file(self) -> str | None:
         """File of the effective DeepSpeed config (None when rebuilt from the log)."""
         if self.ds is None or self.ds_source == "log":
