@@ -20,15 +20,8 @@ from typing import Any, Iterator
 from dsdoctor import dskeys
 from dsdoctor.configfile import ConfigDoc, lookup
 from dsdoctor.context import Context
+from dsdoctor.hooks_symptoms import finding as _finding
 from dsdoctor.model import Finding
-
-
-def _finding(message: str, path: str | None = None, fix: str = "", severity: str = "",
-             change: dict[str, Any] | None = None, file: str | None = None,
-             line: int | None = None, evidence: tuple = ()) -> Finding:
-    return Finding(rule="", name="", severity=severity, title="", message=message, fix=fix,
-                   config_path=path, config_line=line, config_file=file, evidence=evidence,
-                   fix_change=change)
 
 
 def _lintable(ctx: Context) -> ConfigDoc | None:
