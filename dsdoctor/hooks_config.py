@@ -453,10 +453,10 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     gas, gas_x = _arg(ctx, "gradient_accumulation_steps")
     out.append(("train_micro_batch_size_per_gpu", "per_device_train_batch_size", num(mb), mb_x))
     out.append(("gradient_accumulation_steps", "gradient_accumulation_steps", num(gas), gas_x))
-    if ctx.world_size and _numlike(mb) is not None and _numlike(gas) is not None:
+    mb_n, gas_n = _numlike(mb), _numlike(gas)
+    if ctx.world_size and mb_n is not None and gas_n is not None:
         out.append(("train_batch_size", "world_size x per_device_train_batch_size x "
-                    "gradient_accumulation_steps",
-                    int(ctx.world_size * _numlike(mb) * _numlike(gas)), mb_x or gas_x))
+                    "gradient_accumulation_steps", int(ctx.world_size * mb_n * gas_n), mb_x or gas_x))
     v, x = _arg(ctx, "max_grad_norm")
     out.append(("gradient_clipping", "max_grad_norm", num(v), x))
     lr, lr_x = _arg(ctx, "learning_rate")
@@ -478,12 +478,13 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     out.append(("bf16.enabled", "bf16 (or bf16_full_eval)",
                 _truthy_arg(b16) or _truthy_arg(b16e), b16_x or b16e_x))
     ms, ms_x = _arg(ctx, "max_steps")
-    if ms_x and (_numlike(ms) or 0) > 0:
-        total = int(_numlike(ms))
-        out.append(("scheduler.params.total_num_steps", "max_steps", total, True))
+    ms_n = _numlike(ms)
+    if ms_x and (ms_n or 0) > 0:
+        out.append(("scheduler.params.total_num_steps", "max_steps", int(ms_n), True))
         ws, ws_x = _arg(ctx, "warmup_steps")
-        if ws_x and (_numlike(ws) or 0) > 0:
-            out.append(("scheduler.params.warmup_num_steps", "warmup_steps", int(_numlike(ws)), True))
+        ws_n = _numlike(ws)
+        if ws_x and (ws_n or 0) > 0:
+            out.append(("scheduler.params.warmup_num_steps", "warmup_steps", int(ws_n), True))
     return out
 
 
@@ -880,8 +881,8 @@ def config_differs_from_log(ctx: Context, rule: Any) -> Iterator[Finding]:
         # (accelerate/utils/dataclasses.py): not a sign of another config.
         if path == "steps_per_print" and isinstance(theirs, float) and math.isinf(theirs):
             continue
-        if _same(mine, theirs) or (_numlike(mine) is not None and _numlike(theirs) is not None
-                                   and math.isclose(_numlike(mine), _numlike(theirs))):
+        a, b = _numlike(mine), _numlike(theirs)
+        if _same(mine, theirs) or (a is not None and b is not None and math.isclose(a, b)):
             continue
         # DeepSpeed normalizes names it prints ("AdamW" -> "adamw", enums as their value).
         if isinstance(mine, str) and isinstance(theirs, str) and \
