@@ -56,13 +56,13 @@ class KeyTable:
 
     release: str
     top_level: frozenset[str]
-    sections: dict[str, dict[str, Any]]
+    sections: dict[str, dict[str, Any]]  # parents before children; "keys" as a frozenset
     removed_top_level: dict[str, str]
     removed_zero: dict[str, str]
 
     def section_keys(self, section: str) -> frozenset[str]:
         """Keys a section accepts (empty for an unknown section)."""
-        return frozenset(self.sections.get(section, {}).get("keys", ()))
+        return self.sections.get(section, {}).get("keys", frozenset())
 
     def is_strict(self, section: str) -> bool:
         """True when the release refuses unknown keys in this section."""
@@ -100,7 +100,7 @@ class KeyTable:
             elif key not in self.top_level and not is_comment_key(key):
                 out.append(UnknownKey(key, key, "", self.suggest(key, ""), False,
                                       f"DeepSpeed {self.release} ignores unknown top-level keys"))
-        for section in sorted(self.sections, key=lambda s: (s.count("."), s)):
+        for section in self.sections:
             value = lookup(data, section)
             if not isinstance(value, dict):
                 continue
@@ -126,7 +126,7 @@ class KeyTable:
     def check_values(self, data: dict[str, Any]) -> list["BadValue"]:
         """Values the release's pydantic sections refuse, in section order."""
         out: list[BadValue] = []
-        for section in sorted(self.sections, key=lambda s: (s.count("."), s)):
+        for section in self.sections:
             cons = self.sections[section].get("constraints")
             value = lookup(data, section)
             if not cons or not isinstance(value, dict):
@@ -234,8 +234,11 @@ def _releases() -> tuple[str, ...]:
 def _load(release: str) -> KeyTable:
     text = resources.files("dsdoctor.data").joinpath(f"ds_keys_{release}.json").read_text("utf-8")
     raw = json.loads(text)
+    sections = {name: {**info, "keys": frozenset(info.get("keys", ()))}
+                for name, info in sorted(raw["sections"].items(),
+                                         key=lambda kv: (kv[0].count("."), kv[0]))}
     return KeyTable(release=raw["release"], top_level=frozenset(raw["top_level"]),
-                    sections=raw["sections"], removed_top_level=raw.get("removed_top_level", {}),
+                    sections=sections, removed_top_level=raw.get("removed_top_level", {}),
                     removed_zero=raw.get("removed_zero_optimization", {}))
 
 
