@@ -3,7 +3,7 @@
 Each scenario script has two roles:
 
 * **driver** (``python scripts/scenarios/<name>.py --out DIR``): writes the config, launches the real
-  ``deepspeed`` launcher (or ``torchrun``) on the same script in worker mode, and captures the
+  ``deepspeed`` launcher (or ``accelerate launch``) on the same script in worker mode, and captures the
   launcher's stdout+stderr byte for byte into ``DIR/*.log``; then writes ``expected.json`` and the
   ``README.md`` notes with the versions used and how long the run took.
 * **worker** (``--worker``): the training process each rank runs.
@@ -140,14 +140,6 @@ def deepspeed_cmd(script: Path, n_ranks: int, script_args: Sequence[str], port: 
     exe = Path(sys.executable).parent / "deepspeed"
     base = [str(exe)] if exe.exists() else [sys.executable, "-m", "deepspeed.launcher.runner"]
     return [*base, f"--num_gpus={n_ranks}", f"--master_port={port or free_port()}",
-            str(script), *script_args]
-
-
-def torchrun_cmd(script: Path, n_ranks: int, script_args: Sequence[str], port: int | None = None) -> list[str]:
-    """The real ``torchrun`` command line."""
-    exe = Path(sys.executable).parent / "torchrun"
-    base = [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
-    return [*base, f"--nproc_per_node={n_ranks}", f"--master_port={port or free_port()}",
             str(script), *script_args]
 
 
@@ -346,6 +338,6 @@ def read_log(out: Path, name: str) -> str:
 __all__ = [
     "Outcome", "RssWatchdog", "Run", "SAMPLE_LOGS", "SCENARIO_DIR", "deepspeed_cmd", "driver_main", "env_snapshot",
     "free_port", "launcher_env", "package_versions", "patch_cpu_fp16", "read_log", "require",
-    "run_logged", "set_deepspeed_log_level", "torchrun_cmd", "worker_args", "write_expected",
+    "run_logged", "set_deepspeed_log_level", "worker_args", "write_expected",
     "write_json", "write_readme",
 ]

@@ -15,6 +15,12 @@ TINY_GPT2 = {
 }
 
 
+def model_config(**overrides: Any) -> dict[str, Any]:
+    """The tiny GPT-2's config.json as the scenarios write it (``model_config.json``, for --model)."""
+    return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", **TINY_GPT2, **overrides,
+            "torch_dtype": "float32"}
+
+
 def lm_batches(rank: int, batch: int = 8, seq: int = 32):
     """Endless learnable synthetic token batches (noisy arithmetic sequences), BOS first."""
     import torch

@@ -49,8 +49,7 @@ tpu_use_sudo: false
 use_cpu: false
 """
 
-MODEL_CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", **_lm.TINY_GPT2,
-                "torch_dtype": "float32"}
+MODEL_CONFIG = _lm.model_config()
 
 
 def worker() -> None:

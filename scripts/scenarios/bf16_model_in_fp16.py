@@ -89,8 +89,8 @@ def generate(out: Path) -> c.Outcome:
                    check=True, env=c.launcher_env())
     # The checkpoint's own config.json, as transformers wrote it, is the model config to analyze.
     shutil.copy(ckpt / "config.json", out / "model_config.json")
-    dtype = json.loads((out / "model_config.json").read_text()).get("dtype") or json.loads(
-        (out / "model_config.json").read_text()).get("torch_dtype")
+    saved = json.loads((out / "model_config.json").read_text())
+    dtype = saved.get("dtype") or saved.get("torch_dtype")
     try:
         run = c.run_logged(c.Run("train.log", c.deepspeed_cmd(
             SCRIPT, 2, ["--worker", "--deepspeed_config", "ds_config.json"])), out, timeout=900)

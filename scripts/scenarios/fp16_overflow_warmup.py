@@ -37,8 +37,7 @@ CONFIG = {
     "zero_optimization": {"stage": 2, "overlap_comm": False},
 }
 
-MODEL_CONFIG = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", **_lm.TINY_GPT2,
-                "torch_dtype": "float32"}
+MODEL_CONFIG = _lm.model_config()
 
 
 def worker() -> None:

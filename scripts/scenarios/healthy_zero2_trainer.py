@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as c  # noqa: E402
+import _lm  # noqa: E402
 
 NAME = "healthy_zero2_trainer"
 SCRIPT = Path(__file__).resolve()
@@ -50,18 +51,7 @@ CONFIG = {
     "wall_clock_breakdown": False,
 }
 
-MODEL_CONFIG = {
-    "architectures": ["GPT2LMHeadModel"],
-    "model_type": "gpt2",
-    "vocab_size": 128,
-    "n_positions": 64,
-    "n_embd": 64,
-    "n_layer": 2,
-    "n_head": 2,
-    "bos_token_id": 0,
-    "eos_token_id": 0,
-    "torch_dtype": "float32",
-}
+MODEL_CONFIG = _lm.model_config()
 
 
 def make_dataset(n: int, seq: int = 32):

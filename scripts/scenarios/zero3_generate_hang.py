@@ -89,7 +89,7 @@ def worker() -> None:
         print("all ranks finished generation", flush=True)
 
 
-def generate_scenario(out: Path, name: str, synced: bool) -> c.Outcome:
+def generate_scenario(out: Path, synced: bool) -> c.Outcome:
     """Run the 2-rank generate, hanging or synced, and write the scenario folder."""
     c.write_json(out / "ds_config.json", CONFIG)
     c.write_json(out / "model_config.json", MODEL_CONFIG)
@@ -128,7 +128,7 @@ NOTES_COMMON = """
 
 def generate(out: Path) -> c.Outcome:
     """Driver for the hanging variant."""
-    outcome = generate_scenario(out, NAME, synced=False)
+    outcome = generate_scenario(out, synced=False)
     c.write_readme(out, NAME, "ZeRO-3 generate without synced_gpus: collective timeout", """
 Two ranks run `model.generate(prompt, max_length=32)` on a GPT-2 sharded with ZeRO stage 3. Their
 prompts have different lengths (10 and 24 tokens), so rank 1 needs 8 new tokens and rank 0 needs 22.

@@ -20,7 +20,7 @@ NAME = "zero3_generate_synced"
 
 def generate(out: Path) -> c.Outcome:
     """Driver: the synced twin (the worker is the hang scenario's, with --synced_gpus)."""
-    outcome = hang.generate_scenario(out, NAME, synced=True)
+    outcome = hang.generate_scenario(out, synced=True)
     c.write_readme(out, NAME, "ZeRO-3 generate with synced_gpus=True: finishes", """
 The twin of `zero3_generate_hang`: two ranks run `model.generate(prompt, max_length=32,
 synced_gpus=True)` on a GPT-2 sharded with ZeRO stage 3, with prompts of 10 and 24 tokens. Rank 1 is
