@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.path.insert(0, str(SCRIPTS))
             import sample_check  # noqa: PLC0415
 
-            sample_check.main([str(out)])
+            if sample_check.main([str(out)]):
+                failed.append(f"{name} (check)")  # --check must be able to fail
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
