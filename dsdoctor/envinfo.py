@@ -18,7 +18,9 @@ import os
 import platform
 import re
 import shutil
+import atexit
 import subprocess
+import tempfile
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -367,12 +369,36 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+# Prepended to every child probe: keep only absolute sys.path entries ('' and '.' stand for the
+# working directory), in case the interpreter put the working directory there before this runs.
+_PROBE_PRELUDE = "import os, sys; sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]\n"
+
+
+@functools.lru_cache(maxsize=1)
+def _neutral_dir() -> str:
+    """An empty private directory the child probes run in (removed when dsdoctor exits)."""
+    path = tempfile.mkdtemp(prefix="dsdoctor-probe-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def _run_probe(python: str, code: str) -> subprocess.Popen[str]:
-    """Start a child probe; it prints its JSON after a marker (libraries may print first)."""
+    """Start a child probe; it prints its JSON after a marker (libraries may print first).
+
+    ``python -c`` puts the working directory first on ``sys.path``, so a ``json.py``, ``torch.py``
+    or ``sitecustomize.py`` where the user runs dsdoctor would be imported and run. The probe
+    therefore runs in an empty private directory, with PYTHONSAFEPATH (3.11+: no working
+    directory on ``sys.path`` at all) and a prelude that drops relative entries. ``-I`` is not
+    used: it would also drop PYTHONPATH and the user site, where a training environment may keep
+    torch or DeepSpeed, and the probe must see what the training sees.
+    """
     env = dict(os.environ)
     env.setdefault("PYTHONWARNINGS", "ignore")
-    return subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, stdin=subprocess.DEVNULL)
+    env["PYTHONSAFEPATH"] = "1"
+    env.pop("PYTHONSTARTUP", None)
+    return subprocess.Popen([python, "-c", _PROBE_PRELUDE + code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            stdin=subprocess.DEVNULL, cwd=_neutral_dir())
 
 
 def _finish_probe(proc: subprocess.Popen[str], what: str, timeout: float) -> dict[str, Any]:

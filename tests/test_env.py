@@ -167,6 +167,45 @@ def test_broken_or_hanging_child_probe_is_isolated(monkeypatch: pytest.MonkeyPat
     assert snap["cpu"]["count"] and snap["cuda"]["torch_cuda"] is None
 
 
+PLANTED_MODULES = ("json", "torch", "deepspeed", "sitecustomize", "usercustomize", "io", "re")
+
+
+def _plant_modules(where: Path, marker: Path) -> None:
+    """Modules named like what the probes import, each of which records that it ran."""
+    for name in PLANTED_MODULES:
+        (where / f"{name}.py").write_text(
+            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n")
+
+
+def test_child_probes_never_run_modules_from_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A json.py / torch.py / deepspeed.py where the user happens to run dsdoctor must not be run.
+    cwd, marker = tmp_path / "work", tmp_path / "ran.txt"
+    cwd.mkdir()
+    _plant_modules(cwd, marker)
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(envinfo, "_installed", lambda *a: True)  # start both child probes
+    monkeypatch.setenv("PYTHONPATH", ".")  # a relative entry names the working directory too
+    snap = envinfo.collect(ops=True, timeout=60)
+    assert not marker.exists(), f"planted modules ran: {marker.read_text()!r}"
+    assert snap["python"]["version"]
+
+
+def test_env_command_never_runs_modules_from_the_working_directory(tmp_path: Path) -> None:
+    # As a user runs it: the installed console script, in a directory holding planted modules.
+    script = Path(sys.executable).with_name("dsdoctor")
+    if not script.exists():
+        pytest.skip("the dsdoctor console script is not installed beside this interpreter")
+    cwd, marker = tmp_path / "work", tmp_path / "ran.txt"
+    cwd.mkdir()
+    _plant_modules(cwd, marker)
+    proc = subprocess.run([str(script), "env", "--format", "json"], cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists(), f"planted modules ran: {marker.read_text()!r}"
+    assert json.loads(proc.stdout)["python"]["version"]
+
+
 def test_env_vars_are_filtered_and_redacted() -> None:
     environ = {
         "NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "0,1",
