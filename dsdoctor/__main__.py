@@ -1,3 +1,3 @@
-from dsdoctor.cli import main
+from dsdoctor.cli.main import main
 
 raise SystemExit(main())

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate the per-format sections of docs/formats.md from dsdoctor/formats/*.yaml.
+"""Regenerate the per-format sections of docs/formats.md from dsdoctor/logs/formats/*.yaml.
 
 Keeps the hand-written introduction (before "## Symptom kinds ...") and the "## Known gaps"
 section, and rewrites everything between them. Run from the repository root:
@@ -18,7 +18,7 @@ the rules decide. Where one line proves two things (DeepSpeed's "Attempted loss 
 to 1" is both an overflow and a collapsed scale) two patterns fire.
 
 """]
-files = [f for f in sorted(glob.glob('dsdoctor/formats/*.yaml')) if not f.endswith('facts.yaml')]
+files = [f for f in sorted(glob.glob('dsdoctor/logs/formats/*.yaml')) if not f.endswith('facts.yaml')]
 bykind = defaultdict(list)
 for f in files:
     for p in yaml.safe_load(open(f))['patterns']:

@@ -4,7 +4,7 @@
     python scripts/gen_rule_docs.py          # (re)write the docs
     python scripts/gen_rule_docs.py --check  # exit 1 if docs/rules is out of date
 
-The text is the same as ``dsdoctor rules CODE --format markdown`` (dsdoctor/cmd_rules.py).
+The text is the same as ``dsdoctor rules CODE --format markdown`` (dsdoctor/cli/rules.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)
 
-from dsdoctor.cmd_rules import rule_markdown, rules_index_markdown  # noqa: E402
-from dsdoctor.engine import load_rules  # noqa: E402
+from dsdoctor.cli.rules import rule_markdown, rules_index_markdown  # noqa: E402
+from dsdoctor.diagnose.engine import load_rules  # noqa: E402
 
 DOCS = os.path.join(ROOT, "docs", "rules")
 

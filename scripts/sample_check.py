@@ -104,7 +104,7 @@ def run_analyze(folder: Path, fmt: str = "json") -> tuple[int, str, str]:
     Paths are given relative to the folder's grandparent (the repository for committed samples),
     so that reports do not depend on where the checkout lives.
     """
-    from dsdoctor.cli import main
+    from dsdoctor.cli.main import main
 
     base = folder.resolve().parent.parent
     out, err = io.StringIO(), io.StringIO()

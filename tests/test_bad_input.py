@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from dsdoctor.cli import main
+from dsdoctor.cli.main import main
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

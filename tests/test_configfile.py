@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsdoctor.configfile import load_config, lookup, parse_json, split_path
+from dsdoctor.facts.configfile import load_config, lookup, parse_json, split_path
 from dsdoctor.errors import UsageError
 
 # The ZeRO-3 template of the Transformers DeepSpeed guide (auto values filled by the Trainer).

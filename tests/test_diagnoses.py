@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.cli import main
-from dsdoctor.pipeline import run_analysis
+from dsdoctor.cli.main import main
+from dsdoctor.diagnose.pipeline import run_analysis
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 LABELS = REAL / "labels.tsv"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor import dskeys
+from dsdoctor.facts import dskeys
 
 ROOT = Path(__file__).resolve().parents[1]
 

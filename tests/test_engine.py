@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor import engine
-from dsdoctor.cli import main
-from dsdoctor.configfile import ConfigDoc
-from dsdoctor.context import Context
-from dsdoctor.engine import RuleError, condition_holds, evaluate, load_rules
+from dsdoctor.diagnose import engine
+from dsdoctor.cli.main import main
+from dsdoctor.facts.configfile import ConfigDoc
+from dsdoctor.facts.context import Context
+from dsdoctor.diagnose.engine import RuleError, condition_holds, evaluate, load_rules
 from dsdoctor.model import Evidence, Finding, Symptom
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def test_shipped_rules_load_and_are_unique() -> None:
     (lambda t: t.replace("name: test-rule", "name: Test_Rule"), "kebab-case"),
     (lambda t: t.replace("when: {config: {path: zero_optimization.stage, equals: 3}}", "when: {symptom: gpu-oom, fact: x}"), "exactly one key"),
     (lambda t: t.replace("when: {config: {path: zero_optimization.stage, equals: 3}}", "when: {symptom: not-a-kind}"), "unknown symptom"),
-    (lambda t: t + "hook: dsdoctor.hooks_config:no_such_function\n", "no function"),
+    (lambda t: t + "hook: dsdoctor.diagnose.hooks_config:no_such_function\n", "no function"),
     (lambda t: t + "hook: os:system\n", "dsdoctor.module:function"),
     (lambda t: t.replace("when: {config: {path: zero_optimization.stage, equals: 3}}", "when: {config: {path: a, matches: x}}"), "one test"),
 ])
@@ -109,7 +109,7 @@ def test_declarative_rule_builds_a_finding_with_line_and_evidence(tmp_path: Path
     sym = Symptom("gpu-oom", 1, (ev,), ev, ev)
     cfg_path = tmp_path / "ds.json"
     cfg_path.write_text('{\n  "zero_optimization": {\n    "stage": 3\n  }\n}\n')
-    from dsdoctor.configfile import load_config
+    from dsdoctor.facts.configfile import load_config
     ctx = Context(symptoms={"gpu-oom": sym}, ds=load_config(str(cfg_path)), ds_source="config")
     (f,) = evaluate(ctx, rules)
     assert (f.rule, f.name, f.severity, f.config_path, f.config_line) == (
@@ -240,7 +240,7 @@ def test_fix_out_writes_a_new_file_and_never_the_input(tmp_path: Path, capsys) -
 
 
 def test_apply_changes_skips_stale_changes() -> None:
-    from dsdoctor.fixout import apply_changes
+    from dsdoctor.diagnose.fixout import apply_changes
 
     data = {"a": {"b": 1}, "c": "8"}
     new, done = apply_changes(data, [
@@ -330,7 +330,7 @@ def test_rules_never_crash_on_odd_configs(tmp_path_factory) -> None:
 
 def test_a_crashing_rule_becomes_a_note(tmp_path: Path) -> None:
     bad = GOOD.replace("when: {config: {path: zero_optimization.stage, equals: 3}}\n",
-                       "hook: dsdoctor.engine:find_rule\n")
+                       "hook: dsdoctor.diagnose.engine:find_rule\n")
     rules = load_rules(_rules_dir(tmp_path, {"DS999-test-rule.yaml": bad}))
     ctx = _ctx({"zero_optimization": {"stage": 3}})
     assert evaluate(ctx, rules) == []
@@ -354,7 +354,7 @@ def test_accelerate_offload_param_below_stage3(tmp_path: Path) -> None:
 
 def test_every_symptom_and_fact_a_rule_needs_is_produced_by_a_format() -> None:
     """A rule waiting for a symptom no log format emits could never fire on a real log."""
-    from dsdoctor.formats import load_patterns
+    from dsdoctor.logs.formats import load_patterns
 
     emitted = {p.emits for p in load_patterns()}
 

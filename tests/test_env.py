@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsdoctor import envinfo
-from dsdoctor.cli import main
-from dsdoctor.cmd_env import gpu_summary, render_markdown
+from dsdoctor.facts import envinfo
+from dsdoctor.cli.main import main
+from dsdoctor.cli.env import gpu_summary, render_markdown
 from dsdoctor.errors import UsageError
 from dsdoctor.redact import REDACTED
 
@@ -114,7 +114,7 @@ class FakeNVMLWithNVLink(FakeNVML):
 
 
 def test_nvlink_and_infiniband(tmp_path: Path) -> None:
-    from dsdoctor.cmd_env import interconnect_summary
+    from dsdoctor.cli.env import interconnect_summary
 
     gpus, _ = envinfo.probe_gpus([], FakeNVMLWithNVLink([(b"NVIDIA A100-SXM4-80GB", 85899345920, (8, 0))], 12))
     assert gpus[0]["nvlink_active_links"] == 12
@@ -321,8 +321,8 @@ def test_any_accepted_snapshot_renders(tmp_path: Path) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from dsdoctor.cmd_env import render_text
-    from dsdoctor.report_issue import build_issue
+    from dsdoctor.cli.env import render_text
+    from dsdoctor.render.issue_body import build_issue
 
     scalars = st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False) \
         | st.text(alphabet="ab[]/|`*\n:", max_size=8)

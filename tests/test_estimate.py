@@ -1,4 +1,4 @@
-"""dsdoctor.estimate reproduces DeepSpeed's ZeRO-2/ZeRO-3 estimators exactly."""
+"""dsdoctor.facts.estimate reproduces DeepSpeed's ZeRO-2/ZeRO-3 estimators exactly."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsdoctor.estimate import SCOPE_NOTE, estimate_zero2, estimate_zero3, offload_need
+from dsdoctor.facts.estimate import SCOPE_NOTE, estimate_zero2, estimate_zero3, offload_need
 
 # The Transformers DeepSpeed guide's bigscience/T0_3B table (docs "Memory requirements").
 # The guide prints the rounded count "2783M"; the six figures pin the exact count it used to
@@ -150,7 +150,7 @@ def _t0_dir(tmp_path):
 
 
 def test_cli_text_reproduces_guide(tmp_path, capsys) -> None:
-    from dsdoctor.cli import main
+    from dsdoctor.cli.main import main
 
     assert main(["estimate", "--model", str(_t0_dir(tmp_path))]) == 0
     out = capsys.readouterr().out
@@ -159,7 +159,7 @@ def test_cli_text_reproduces_guide(tmp_path, capsys) -> None:
 
 
 def test_cli_json_and_markdown(tmp_path, capsys) -> None:
-    from dsdoctor.cli import main
+    from dsdoctor.cli.main import main
 
     d = _t0_dir(tmp_path)
     assert main(["estimate", "--model", str(d), "--gpus", "8", "--nodes", "2",
@@ -179,7 +179,7 @@ def test_cli_json_and_markdown(tmp_path, capsys) -> None:
     (["--model", "/nonexistent/x"], "no such file"), (["--params", "1e9", "--gpus", "0",
                                                         "--largest-layer", "1"], "at least 1")])
 def test_cli_bad_usage(argv, needle, capsys) -> None:
-    from dsdoctor.cli import main
+    from dsdoctor.cli.main import main
 
     assert main(["estimate", *argv]) == 2
     err = capsys.readouterr().err
@@ -187,7 +187,7 @@ def test_cli_bad_usage(argv, needle, capsys) -> None:
 
 
 def test_cli_unknown_architecture(tmp_path, capsys) -> None:
-    from dsdoctor.cli import main
+    from dsdoctor.cli.main import main
 
     (tmp_path / "config.json").write_text('{"model_type": "mamba", "hidden_size": 768}')
     assert main(["estimate", "--model", str(tmp_path)]) == 2

@@ -1,6 +1,6 @@
 """Every shipped format pattern against its own real sample lines and negatives.
 
-For each pattern of dsdoctor/formats/*.yaml except facts.yaml (the rules engine's log facts,
+For each pattern of dsdoctor/logs/formats/*.yaml except facts.yaml (the rules engine's log facts,
 tested by their owner; the engine checks below still load it):
 - every sample line, normalized exactly as the scanner does it (reader.normalize: ANSI, quote
   markers, rank prefixes), matches through the loader's own matching function
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.formats import load_patterns, required_literals
+from dsdoctor.logs.formats import load_patterns, required_literals
 from dsdoctor.model import SYMPTOM_KINDS
-from dsdoctor.prefilter import available_engines, make_engine
-from dsdoctor.reader import normalize
+from dsdoctor.logs.prefilter import available_engines, make_engine
+from dsdoctor.logs.reader import normalize
 
 ALL_PATTERNS = load_patterns()
 PATTERNS = tuple(p for p in ALL_PATTERNS if p.format != "facts")

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dsdoctor.formats import load_patterns
-from dsdoctor.prefilter import hyperscan_available
-from dsdoctor.reader import normalize
-from dsdoctor.scan import Scanner
+from dsdoctor.logs.formats import load_patterns
+from dsdoctor.logs.prefilter import hyperscan_available
+from dsdoctor.logs.reader import normalize
+from dsdoctor.logs.scan import Scanner
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "real_logs"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dsdoctor.cli import main
-from dsdoctor.issue_template import DEFAULT_PATH, load_form, template_text, validate_form
+from dsdoctor.cli.main import main
+from dsdoctor.render.issue_form import DEFAULT_PATH, load_form, template_text, validate_form
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""dsdoctor.logfacts and the fact patterns of dsdoctor/formats/facts.yaml."""
+"""dsdoctor.facts.logfacts and the fact patterns of dsdoctor/logs/formats/facts.yaml."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.formats import load_patterns, required_literals
-from dsdoctor.logfacts import (coerce, config_from_engine_items, extract, parse_argv,
+from dsdoctor.logs.formats import load_patterns, required_literals
+from dsdoctor.facts.logfacts import (coerce, config_from_engine_items, extract, parse_argv,
                                parse_kv_repr)
 from dsdoctor.model import Evidence, Fact
-from dsdoctor.prefilter import hyperscan_available, make_engine
-from dsdoctor.reader import normalize
-from dsdoctor.scan import scan_text
+from dsdoctor.logs.prefilter import hyperscan_available, make_engine
+from dsdoctor.logs.reader import normalize
+from dsdoctor.logs.scan import scan_text
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 
@@ -321,7 +321,7 @@ def test_huge_integer_text_stays_text() -> None:
 def test_long_json_block_is_read_back_from_the_file(tmp_path, compressed) -> None:
     import gzip
 
-    from dsdoctor.scan import scan_files
+    from dsdoctor.logs.scan import scan_files
 
     data = DS_0198_ZERO2_OFFLOAD.encode()
     p = tmp_path / ("ds.log.gz" if compressed else "ds.log")
@@ -340,7 +340,7 @@ def test_long_json_block_is_read_back_from_the_file(tmp_path, compressed) -> Non
 
 
 def test_truncated_json_block_falls_back(tmp_path) -> None:
-    from dsdoctor.logfacts import read_json_block
+    from dsdoctor.facts.logfacts import read_json_block
 
     text = DS_0198_ZERO2_OFFLOAD.rsplit("}", 2)[0]  # the block's closing braces cut off
     p = tmp_path / "cut.log"

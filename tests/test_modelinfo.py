@@ -1,4 +1,4 @@
-"""dsdoctor.modelinfo: config.json facts and parameter counts against published counts."""
+"""dsdoctor.facts.modelinfo: config.json facts and parameter counts against published counts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.errors import UsageError
-from dsdoctor.modelinfo import (SUPPORTED_MODEL_TYPES, bf16_family, count_params, family_of,
+from dsdoctor.facts.modelinfo import (SUPPORTED_MODEL_TYPES, bf16_family, count_params, family_of,
                                 load_model_info, model_info_from_config)
 
 # Hyper-parameters copied from the models' config.json on the Hugging Face Hub, with the
@@ -117,7 +117,7 @@ def test_largest_layer_is_deepspeed_notion() -> None:
 
 def test_t0_3b_config_reproduces_the_guide_table() -> None:
     # End to end: config -> counts -> DeepSpeed's estimator -> the guide's printed table.
-    from dsdoctor.estimate import estimate_zero3
+    from dsdoctor.facts.estimate import estimate_zero3
 
     pc = count_params(EXTRA_CONFIGS["bigscience/T0_3B"])
     assert pc.total == 2_783_959_040

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsdoctor.reader import normalize, rank_from_filename
+from dsdoctor.logs.reader import normalize, rank_from_filename
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.prefilter import available_engines
-from dsdoctor.scan import scan_files
+from dsdoctor.logs.prefilter import available_engines
+from dsdoctor.logs.scan import scan_files
 
 HERE = Path(__file__).resolve().parent
 SHARED = Path(os.environ.get("DSDOCTOR_SHARED") or HERE.parents[1] / "shared")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsdoctor.pipeline import run_analysis
-from dsdoctor.render import render_markdown, render_text
+from dsdoctor.diagnose.pipeline import run_analysis
+from dsdoctor.render.analysis import render_markdown, render_text
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "cpu_offload_oom_killed"
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.cli import main
+from dsdoctor.cli.main import main
 from dsdoctor.errors import UsageError
 from dsdoctor.model import Evidence, FileSummary, Finding, Report, Symptom
 from dsdoctor.redact import Redactor
-from dsdoctor.report_issue import (
+from dsdoctor.render.issue_body import (
     build_issue,
     find_launch_command,
     first_error_excerpt,
@@ -328,7 +328,7 @@ def test_read_config_keeps_broken_json_verbatim_but_redacted(tmp_path: Path) -> 
 
 
 def test_gh_command_quotes_the_title() -> None:
-    from dsdoctor.report_issue import Issue
+    from dsdoctor.render.issue_body import Issue
 
     cmd = gh_command(Issue("deepspeed", "deepspeedai/DeepSpeed", "[BUG] it's broken", "body"), "my issue.md")
     assert cmd == ("gh issue create --repo deepspeedai/DeepSpeed --title '[BUG] it'\"'\"'s broken' "
@@ -418,7 +418,7 @@ def test_rich_traceback_frames_count(tmp_path: Path, frame: str, hint: bool) -> 
 
 def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import dsdoctor.pipeline
+    import dsdoctor.diagnose.pipeline
 
     log = write_log(tmp_path)
     lines = log.read_text().splitlines()
@@ -429,7 +429,7 @@ def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
     # evidence[0] is the strongest; an earlier context line follows it
     finding = Finding(**{**{k: getattr(f, k) for k in f.__dataclass_fields__},
                          "evidence": (Evidence(str(log), strong, DS_EXC, 0), Evidence(str(log), context, "loss nan"))})
-    monkeypatch.setattr(dsdoctor.pipeline, "run_analysis", lambda **kw: Report(files=(), symptoms=(), findings=(finding,)))
+    monkeypatch.setattr(dsdoctor.diagnose.pipeline, "run_analysis", lambda **kw: Report(files=(), symptoms=(), findings=(finding,)))
     out = tmp_path / "a.md"
     assert main(["report", str(log), "-o", str(out)]) == 0
     body = out.read_text()
@@ -439,7 +439,7 @@ def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
     def broken(**kw):
         raise KeyError("rule bug")
 
-    monkeypatch.setattr(dsdoctor.pipeline, "run_analysis", broken)
+    monkeypatch.setattr(dsdoctor.diagnose.pipeline, "run_analysis", broken)
     assert main(["report", str(log), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "warning: analysis failed (KeyError" in err

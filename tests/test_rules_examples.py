@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dsdoctor import engine
-from dsdoctor.context import build_context
+from dsdoctor.diagnose import engine
+from dsdoctor.facts.context import build_context
 from dsdoctor.model import Finding
 
 RULES = engine.load_rules()
@@ -31,7 +31,7 @@ CASES = [
 
 def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
     """Write an example's inputs to files and analyze them like ``dsdoctor analyze`` does."""
-    from dsdoctor.scan import ScanResult, scan_files
+    from dsdoctor.logs.scan import ScanResult, scan_files
 
     configs: list[str] = []
     if "accelerate" in example:

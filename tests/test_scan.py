@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from dsdoctor import scan as scan_mod
-from dsdoctor.formats import load_file
-from dsdoctor.prefilter import available_engines, hyperscan_available
-from dsdoctor.scan import Scanner
+from dsdoctor.logs import scan as scan_mod
+from dsdoctor.logs.formats import load_file
+from dsdoctor.logs.prefilter import available_engines, hyperscan_available
+from dsdoctor.logs.scan import Scanner
 
 # Patterns for these tests only, written from real formats (DeepSpeed loss_scaler.py, the
 # DeepSpeed launcher, DeepSpeed's batch assertion, HF Trainer dicts). The shipped formats live in
-# dsdoctor/formats and have their own tests.
+# dsdoctor/logs/formats and have their own tests.
 TEST_FORMATS = r"""
 format: test
 patterns:
@@ -199,7 +199,7 @@ def test_big_file_timeline_is_sampled_and_bounded(patterns, monkeypatch):
 
 def test_every_shipped_pattern_compiles():
     # the shipped formats compile their precise regexes lazily at run time: check them all here
-    from dsdoctor.formats import load_patterns
+    from dsdoctor.logs.formats import load_patterns
 
     for p in load_patterns():
         assert p.regex.pattern == p.source

@@ -1,4 +1,4 @@
-"""dsdoctor.scriptcheck: static facts from training scripts (never imported or run)."""
+"""dsdoctor.facts.scriptcheck: static facts from training scripts (never imported or run)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.errors import UsageError
-from dsdoctor.scriptcheck import check_script, check_source
+from dsdoctor.facts.scriptcheck import check_script, check_source
 
 # The Transformers DeepSpeed guide's non-Trainer ZeRO-3 inference example (docs/main_classes/
 # deepspeed.md, "Non-Trainer DeepSpeed integration" + "ZeRO Inference" with generate).

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from dsdoctor.scan import Scanner, TailScanner, scan_files
+from dsdoctor.logs.scan import Scanner, TailScanner, scan_files
 
 # Real formats: DeepSpeed loss scaler (DeepSpeed#931) and the launcher's -9 exit (DeepSpeed#3232)
 OVERFLOW = ("[2023-04-28 06:51:31,392] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] "
@@ -77,8 +77,8 @@ def test_tui_shows_symptoms_live(tmp_path):
     pytest.importorskip("textual")
     from textual.widgets import DataTable
 
-    from dsdoctor.tailer import Tailer
-    from dsdoctor.tui import WatchApp
+    from dsdoctor.watch.tailer import Tailer
+    from dsdoctor.watch.app import WatchApp
 
     path = tmp_path / "live.log"
     path.write_text("starting\n")

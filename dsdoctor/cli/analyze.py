@@ -1,0 +1,75 @@
+"""``dsdoctor analyze``: symptoms from logs, findings from the rules, fixes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from dsdoctor.errors import UsageError
+from dsdoctor.cli.options import add_input_options
+from dsdoctor.diagnose.pipeline import analyze
+from dsdoctor.render.analysis import render
+
+EPILOG = """examples:
+  dsdoctor analyze train.log
+  dsdoctor analyze logs/rank*.log.gz --config ds_config.json --env snapshot.json
+  dsdoctor analyze --config ds_config.json          (pre-flight check, no log)
+  kubectl logs trainer-0 | dsdoctor analyze - --format markdown
+
+exit codes: 0 no error finding, 1 error findings, 2 bad usage or unreadable input"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "analyze",
+        help="find failure symptoms in logs and diagnose them",
+        description="Find failure symptoms in training logs (plain, .gz, or - for stdin), "
+        "cross-check them against the config, model and environment, and print findings "
+        "with evidence and fixes. With --config and no log: a pre-flight check.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("logs", nargs="*", metavar="LOG", help="log files (.gz ok), '-' for stdin")
+    add_input_options(p)
+    p.add_argument("--fix-out", metavar="FILE",
+                   help="write a copy of the config with the safe fixes applied to FILE")
+    p.add_argument("--force", action="store_true", help="let --fix-out overwrite FILE")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour in text output (default: when writing to a terminal)")
+    p.set_defaults(func=run)
+
+
+def _use_color(args: argparse.Namespace) -> bool:
+    if args.color == "always":
+        return True
+    if args.color == "never" or args.output or os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty()
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.logs and not args.config and not args.script and not args.model:
+        raise UsageError("nothing to analyze: pass a log file (or - for stdin), or --config "
+                         "for a pre-flight check")
+    if args.logs.count("-") > 1:
+        raise UsageError("standard input ('-') can be given only once")
+    report = analyze(args)
+    if args.fix_out:
+        from dsdoctor.diagnose import fixout  # noqa: PLC0415
+
+        written = fixout.write_fixed(args, report)
+        if written:
+            print(f"dsdoctor: wrote fixed config to {written}", file=sys.stderr)
+    text = render(report, args.format, color=_use_color(args))
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise UsageError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
+    else:
+        sys.stdout.write(text)
+    return report.exit_code

@@ -1,0 +1,50 @@
+"""``dsdoctor issue-template``: write a GitHub issue form for training failures into a project."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from dsdoctor.errors import UsageError
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``dsdoctor issue-template``."""
+    from dsdoctor.render import issue_form
+
+    text = issue_form.template_text()
+    problems = issue_form.validate_form(issue_form.load_form(text))
+    if problems:  # a broken shipped form is our bug; GitHub would silently ignore it
+        raise RuntimeError("shipped issue form is invalid: " + "; ".join(problems))
+    if args.output == "-":
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; pass the file to write, e.g. {out / issue_form.TEMPLATE_NAME}")
+    if out.exists() and not args.force:
+        raise UsageError(f"{out}: already exists; pass --force to overwrite it")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write ({exc.strerror or exc}); choose another --output") from None
+    print(f"dsdoctor: wrote {out}; commit it and GitHub offers it under 'New issue'", file=sys.stderr)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``issue-template`` subcommand."""
+    from dsdoctor.render.issue_form import DEFAULT_PATH
+
+    p = subparsers.add_parser(
+        "issue-template", help="write a GitHub issue form asking for dsdoctor env/analyze output",
+        description="Write a GitHub issue form for your own project that asks reporters of a failed "
+        "training run for 'dsdoctor env' and 'dsdoctor analyze' output, the config and the launch "
+        "command.")
+    p.add_argument("--output", "-o", default=DEFAULT_PATH, metavar="PATH",
+                   help=f"where to write it (default: {DEFAULT_PATH}; '-' for stdout)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=run)

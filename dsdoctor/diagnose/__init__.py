@@ -1,0 +1,1 @@
+"""Diagnosis: the rules engine, the checks, the fixes, the analysis pipeline."""

@@ -1,0 +1,420 @@
+"""The rules engine: rules are YAML data in ``rules/`` (shipped as ``dsdoctor.rules``).
+
+A rule file (``rules/<CODE>-<name>.yaml``) holds a stable code, a problem-naming name, severity,
+title, summary, explanation, fix, references, a declarative ``when:`` condition, an optional
+``hook: module:function`` for arithmetic/AST rules, and examples that must fire and must stay
+silent (run by ``tests/test_rules_examples.py``). Nothing in a rule file is evaluated as code.
+
+Conditions (``when:``), combined freely::
+
+    symptom: gpu-oom                      # the log shows this symptom kind
+    fact: launch-cmd                      # the log states this fact
+    config: {path: fp16.enabled, equals: true}     # effective DeepSpeed config
+    accelerate: {path: distributed_type, in: [FSDP]}
+    env: {path: cpu.ram_total_bytes, exists: true}
+    args: {path: fp16, truthy: true}      # Trainer arguments
+    model: {path: torch_dtype, equals: bfloat16}
+    all: [...]   any: [...]   not: {...}
+
+Value tests: ``equals``, ``in``, ``exists`` (bool), ``truthy`` (bool), ``gt``/``ge``/``lt``/``le``
+(numbers; a non-number never matches).
+
+A hook is called as ``hook(ctx, rule) -> Iterable[Finding | dict]`` only when ``when`` holds (or
+there is no ``when``); the engine fills rule, name, severity, title, fix and references the hook
+left empty. A rule without a hook yields one finding from its own texts when ``when`` holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.resources
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from dsdoctor.facts import dskeys
+from dsdoctor.facts.configfile import lookup
+from dsdoctor.facts.context import Context
+from dsdoctor.model import SEVERITIES, SYMPTOM_KINDS, Finding
+
+# the C implementation when PyYAML has it: rules are loaded on every run
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_CODE = re.compile(r"^DS\d{3}$")
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_HOOK = re.compile(r"^dsdoctor\.[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
+_SOURCES = ("config", "accelerate", "env", "args", "model")
+_TESTS = ("equals", "in", "exists", "truthy", "gt", "ge", "lt", "le")
+_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "args", "ds_version",
+                 "expect", "note", "world_size"}
+_MISSING = object()
+
+HookFn = Callable[[Context, "Rule"], Iterable[Any]]
+
+
+class RuleError(ValueError):
+    """A rule file breaks an invariant (a bug in dsdoctor's rules, found at load time)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule, as written in its YAML file."""
+
+    code: str
+    name: str
+    severity: str
+    title: str
+    summary: str
+    explanation: str
+    fix: str
+    references: tuple[str, ...]
+    when: dict[str, Any] | None
+    hook: str | None
+    examples: dict[str, tuple[dict[str, Any], ...]]
+    applies: str = ""  # which releases/tools the rule applies to, in words
+    category: str = ""
+    file: str = ""
+
+    @property
+    def symptoms(self) -> tuple[str, ...]:
+        """Symptom kinds the ``when`` condition refers to."""
+        return tuple(_walk_symptoms(self.when))
+
+    def hook_fn(self) -> HookFn | None:
+        """The hook function, imported on first use."""
+        return _import_hook(self.hook) if self.hook else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["references"] = list(self.references)
+        d["examples"] = {k: list(v) for k, v in self.examples.items()}
+        return d
+
+
+def _walk_symptoms(cond: Any) -> Iterable[str]:
+    if isinstance(cond, dict):
+        for key, val in cond.items():
+            if key == "symptom":
+                yield from ([val] if isinstance(val, str) else list(val or []))
+            elif key in ("all", "any"):
+                for c in val or []:
+                    yield from _walk_symptoms(c)
+            elif key == "not":
+                yield from _walk_symptoms(val)
+
+
+@lru_cache(maxsize=None)
+def _import_hook(spec: str) -> HookFn:
+    module, _, attr = spec.partition(":")
+    fn = getattr(importlib.import_module(module), attr, None)
+    if not callable(fn):
+        raise RuleError(f"hook {spec}: {module} has no function {attr}")
+    return fn
+
+
+# --------------------------------------------------------------------------------- validation
+
+def _check_condition(cond: Any, where: str) -> None:
+    if not isinstance(cond, dict) or len(cond) != 1:
+        raise RuleError(f"{where}: a condition is a mapping with exactly one key, got {cond!r}")
+    (key, val), = cond.items()
+    if key in ("all", "any"):
+        if not isinstance(val, list) or not val:
+            raise RuleError(f"{where}: '{key}' takes a non-empty list of conditions")
+        for c in val:
+            _check_condition(c, where)
+    elif key == "not":
+        _check_condition(val, where)
+    elif key == "symptom":
+        kinds = [val] if isinstance(val, str) else val
+        for k in kinds or []:
+            if k not in SYMPTOM_KINDS:
+                raise RuleError(f"{where}: unknown symptom kind {k!r} (see dsdoctor.model.SYMPTOM_KINDS)")
+    elif key == "fact":
+        if not isinstance(val, str):
+            raise RuleError(f"{where}: 'fact' takes a fact name")
+    elif key in _SOURCES:
+        if not isinstance(val, dict) or "path" not in val:
+            raise RuleError(f"{where}: '{key}' takes {{path: ..., <test>: ...}}")
+        tests = [t for t in val if t != "path"]
+        bad = [t for t in tests if t not in _TESTS]
+        if bad or len(tests) > 1:
+            raise RuleError(f"{where}: '{key}' takes one test of {', '.join(_TESTS)}, got {tests}")
+        if key == "config":
+            table = dskeys.table_for(None)
+            p = re.sub(r"\[\d+\]", "", str(val["path"]))
+            if not (table.is_known(p) or p in table.sections):
+                raise RuleError(f"{where}: config path {val['path']!r} is not a key DeepSpeed "
+                                f"{table.release} knows (dsdoctor/data/ds_keys_*.json)")
+    else:
+        raise RuleError(f"{where}: unknown condition {key!r}")
+
+
+def _rule_from_yaml(data: Any, filename: str) -> Rule:
+    if not isinstance(data, dict):
+        raise RuleError(f"{filename}: a rule file is a mapping")
+    for req in ("code", "name", "severity", "title", "summary", "explanation", "fix", "examples"):
+        if not data.get(req):
+            raise RuleError(f"{filename}: missing '{req}'")
+    code, name, sev = str(data["code"]), str(data["name"]), str(data["severity"])
+    if not _CODE.match(code):
+        raise RuleError(f"{filename}: code {code!r} is not DSnnn")
+    if not _NAME.match(name):
+        raise RuleError(f"{filename}: name {name!r} is not kebab-case")
+    if sev not in SEVERITIES:
+        raise RuleError(f"{filename}: severity {sev!r} is not one of {', '.join(SEVERITIES)}")
+    if filename != f"{code}-{name}.yaml":
+        raise RuleError(f"{filename}: must be named {code}-{name}.yaml")
+    when = data.get("when")
+    if when is not None:
+        _check_condition(when, filename)
+    hook = data.get("hook")
+    if hook is not None:
+        if not isinstance(hook, str) or not _HOOK.match(hook):
+            raise RuleError(f"{filename}: hook {hook!r} must be 'dsdoctor.module:function'")
+        try:
+            _import_hook(hook)
+        except ImportError as exc:
+            raise RuleError(f"{filename}: hook {hook} cannot be imported ({exc})") from None
+    ex = data["examples"]
+    if not isinstance(ex, dict) or not ex.get("fire") or not ex.get("silent"):
+        raise RuleError(f"{filename}: needs examples.fire and examples.silent (at least one each)")
+    examples: dict[str, tuple[dict[str, Any], ...]] = {}
+    for kind in ("fire", "silent"):
+        items = ex[kind]
+        if not isinstance(items, list):
+            raise RuleError(f"{filename}: examples.{kind} must be a list")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not item:
+                raise RuleError(f"{filename}: examples.{kind}[{i}] must be a mapping of inputs")
+            unknown = set(item) - _EXAMPLE_KEYS
+            if unknown:
+                raise RuleError(f"{filename}: examples.{kind}[{i}] has unknown inputs {sorted(unknown)}")
+        examples[kind] = tuple(items)
+    refs = data.get("references") or []
+    if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+        raise RuleError(f"{filename}: references must be a list of URLs")
+    return Rule(code=code, name=name, severity=sev, title=str(data["title"]).strip(),
+                summary=str(data["summary"]).strip(), explanation=str(data["explanation"]).strip(),
+                fix=str(data["fix"]).strip(), references=tuple(refs), when=when, hook=hook,
+                examples=examples, applies=str(data.get("applies", "")).strip(),
+                category=str(data.get("category", "")).strip(), file=filename)
+
+
+@lru_cache(maxsize=4)
+def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
+    if directory is None:
+        root = importlib.resources.files("dsdoctor.rules")
+        entries = [(e.name, e.read_text(encoding="utf-8")) for e in root.iterdir()
+                   if e.name.endswith(".yaml")]
+    else:
+        import os
+
+        entries = []
+        for n in os.listdir(directory):
+            if n.endswith(".yaml"):
+                with open(os.path.join(directory, n), encoding="utf-8") as fh:
+                    entries.append((n, fh.read()))
+    rules: list[Rule] = []
+    codes: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for filename, text in sorted(entries):
+        try:
+            data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - safe (C) loader
+        except yaml.YAMLError as exc:
+            raise RuleError(f"{filename}: not valid YAML ({exc})") from None
+        rule = _rule_from_yaml(data, filename)
+        if rule.code in codes:
+            raise RuleError(f"{filename}: code {rule.code} already used by {codes[rule.code]}")
+        if rule.name in names:
+            raise RuleError(f"{filename}: name {rule.name} already used by {names[rule.name]}")
+        codes[rule.code], names[rule.name] = filename, filename
+        rules.append(rule)
+    return tuple(rules)
+
+
+def load_rules(directory: str | None = None) -> list[Rule]:
+    """Every rule, sorted by code, with invariants checked (raises :class:`RuleError`)."""
+    return list(_load_rules_cached(directory))
+
+
+def find_rule(key: str, rules: Iterable[Rule] | None = None) -> Rule | None:
+    """A rule by code (case-insensitive) or name."""
+    k = key.strip()
+    for r in rules if rules is not None else load_rules():
+        if r.code.lower() == k.lower() or r.name == k.lower():
+            return r
+    return None
+
+
+# --------------------------------------------------------------------------------- evaluation
+
+def _source_value(ctx: Context, source: str, path: str) -> tuple[bool, Any]:
+    """(exists, value) of ``path`` in one input of the context."""
+    if source == "config":
+        base: Any = ctx.ds.data if ctx.ds is not None else None
+    elif source == "accelerate":
+        base = ctx.accelerate.data if ctx.accelerate is not None else None
+    elif source == "env":
+        base = ctx.env
+    elif source == "args":
+        base = ctx.trainer_args
+    else:  # model: a dataclass or a dict
+        base = ctx.model
+        if base is not None and dataclasses.is_dataclass(base):
+            base = dataclasses.asdict(base)
+        elif base is not None and not isinstance(base, dict):
+            base = vars(base)
+    if base is None:
+        return False, None
+    value = lookup(base, path, _MISSING)
+    return (value is not _MISSING), (None if value is _MISSING else value)
+
+
+def _test(spec: dict[str, Any], exists: bool, value: Any) -> bool:
+    for test, want in spec.items():
+        if test == "path":
+            continue
+        if test == "exists":
+            return exists == bool(want)
+        if not exists:
+            return False
+        if test == "equals":
+            # True == 1 in Python; a config's true and 1 are different things to DeepSpeed's checks.
+            if isinstance(want, bool) or isinstance(value, bool):
+                return value is want
+            return value == want
+        if test == "in":
+            return value in (want or [])
+        if test == "truthy":
+            return bool(value) == bool(want)
+        n, w = dskeys.as_real(value), dskeys.as_real(want)
+        if n is None or w is None:
+            return False
+        return {"gt": n > w, "ge": n >= w, "lt": n < w, "le": n <= w}[test]
+    return exists
+
+
+def condition_holds(cond: dict[str, Any] | None, ctx: Context) -> bool:
+    """Evaluate a declarative ``when:`` condition against the context."""
+    if cond is None:
+        return True
+    (key, val), = cond.items()
+    if key == "all":
+        return all(condition_holds(c, ctx) for c in val)
+    if key == "any":
+        return any(condition_holds(c, ctx) for c in val)
+    if key == "not":
+        return not condition_holds(val, ctx)
+    if key == "symptom":
+        kinds = [val] if isinstance(val, str) else val
+        return any(ctx.has_symptom(k) for k in kinds)
+    if key == "fact":
+        return bool(ctx.facts_named(val))
+    exists, value = _source_value(ctx, key, val["path"])
+    return _test(val, exists, value)
+
+
+def _first_config_path(cond: Any) -> str | None:
+    if isinstance(cond, dict):
+        for key, val in cond.items():
+            if key == "config" and isinstance(val, dict):
+                return val.get("path")
+            if key in ("all", "any"):
+                for c in val:
+                    p = _first_config_path(c)
+                    if p:
+                        return p
+    return None
+
+
+def _complete(item: Any, rule: Rule, ctx: Context) -> Finding:
+    """Fill a hook's finding (or dict) with the rule's defaults and the config location."""
+    if isinstance(item, dict):
+        item = Finding(rule=item.pop("rule", ""), name=item.pop("name", ""),
+                       severity=item.pop("severity", ""), title=item.pop("title", ""),
+                       message=item.pop("message", ""), **item)
+    if not isinstance(item, Finding):
+        raise TypeError(f"{rule.code} hook returned {type(item).__name__}, not a Finding or dict")
+    changes: dict[str, Any] = {}
+    for attr, default in (("rule", rule.code), ("name", rule.name), ("severity", rule.severity),
+                          ("title", rule.title), ("message", rule.summary), ("fix", rule.fix)):
+        if not getattr(item, attr):
+            changes[attr] = default
+    if not item.references and rule.references:
+        changes["references"] = rule.references
+    path = item.config_path
+    ds = ctx.ds
+    if path and ds is not None and ds.synthesized and item.config_file is None:
+        # The user wrote an Accelerate config: point at its key, not at a DeepSpeed key they
+        # never wrote (Accelerate built the DeepSpeed config from it).
+        accel = ds.source_keys.get(path)
+        if accel is not None:
+            changes["config_path"] = accel
+            changes["fix"] = f"{changes.get('fix', item.fix)} (Accelerate config: {accel})"
+            changes["fix_change"] = None
+    # Locate DeepSpeed paths in the effective config; CLI argument names have no line.
+    if path and item.config_line is None and ctx.ds is not None and ctx.ds_source != "log":
+        if ctx.ds.has(path) or "." in path or path in ctx.ds.positions:
+            line = ctx.ds.line(path)
+            if line is not None:
+                changes["config_line"] = line
+                if item.config_file is None:
+                    changes["config_file"] = ctx.ds.path
+    return dataclasses.replace(item, **changes) if changes else item
+
+
+def _evidence_for(rule: Rule, ctx: Context) -> tuple[Any, ...]:
+    ev: list[Any] = []
+    for kind in rule.symptoms:
+        s = ctx.symptom(kind)
+        if s is not None:
+            ev.extend(s.evidence)
+    return tuple(ev)
+
+
+def evaluate_rule(rule: Rule, ctx: Context) -> list[Finding]:
+    """Findings of one rule (its ``when`` gate, then its hook or its own texts)."""
+    if not condition_holds(rule.when, ctx):
+        return []
+    fn = rule.hook_fn()
+    if fn is None:
+        path = _first_config_path(rule.when)
+        f = Finding(rule=rule.code, name=rule.name, severity=rule.severity, title=rule.title,
+                    message=rule.summary, fix=rule.fix, config_path=path,
+                    evidence=_evidence_for(rule, ctx), references=rule.references)
+        return [_complete(f, rule, ctx)]
+    return [_complete(item, rule, ctx) for item in (fn(ctx, rule) or [])]
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then info; by code, then config line."""
+    return sorted(findings, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 99), f.rule,
+                                          f.config_line or 0, f.config_path or ""))
+
+
+def evaluate(ctx: Context, rules: Iterable[Rule] | None = None, strict: bool = False) -> list[Finding]:
+    """Run every rule on the context; findings sorted by severity then code.
+
+    A rule that crashes (a dsdoctor bug on some odd input) must not cost the user the whole
+    report: it becomes a note naming the rule, unless ``strict`` (tests) re-raises it.
+    """
+    out: list[Finding] = []
+    for rule in rules if rules is not None else load_rules():
+        try:
+            out.extend(evaluate_rule(rule, ctx))
+        except Exception as exc:  # noqa: BLE001 - isolate one rule's bug from the report
+            if strict:
+                raise
+            ctx.notes.append(f"{rule.code} could not run ({type(exc).__name__}: {exc}); this is "
+                             "a dsdoctor bug, please report it with 'dsdoctor report'")
+    return sort_findings(out)
+
+
+__all__ = ["Rule", "RuleError", "load_rules", "find_rule", "evaluate", "evaluate_rule",
+           "condition_holds", "sort_findings"]

@@ -1,0 +1,68 @@
+"""The analysis as a function: logs (+ config, model, env, scripts) in, a frozen Report out.
+
+Used by ``dsdoctor analyze``, ``dsdoctor report``, ``dsdoctor watch`` and the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from dsdoctor.model import Report, SYMPTOM_KINDS
+from dsdoctor.redact import redact_report
+from dsdoctor.logs.scan import ScanResult, scan_files
+
+
+def _order(kind: str) -> int:
+    return SYMPTOM_KINDS.index(kind) if kind in SYMPTOM_KINDS else len(SYMPTOM_KINDS)
+
+
+def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = None,
+                 notes: Sequence[str] = ()) -> Report:
+    symptoms = sorted(scan.symptoms.values(), key=lambda s: (_order(s.kind), s.first.file,
+                                                              s.first.line))
+    report = Report(
+        files=tuple(scan.files),
+        symptoms=tuple(symptoms),
+        findings=tuple(findings),
+        timeline=tuple(scan.timeline),
+        facts=tuple(scan.facts),
+        inputs=dict(inputs or {}),
+        notes=tuple(list(scan.notes) + list(notes)),
+    )
+    # Secrets printed in a log (a --hub_token in the launcher's cmd line) never reach any output:
+    # every renderer and the issue builder get the redacted report.
+    return redact_report(report)
+
+
+def evaluate(args: argparse.Namespace, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:
+    """Run the rules engine on a scan and the other inputs named by ``args``.
+
+    Returns (findings, a description of the inputs used, notes).
+    """
+    from dsdoctor.facts import context  # noqa: PLC0415 - not needed to import this module
+    from dsdoctor.diagnose import engine
+
+    ctx = context.build_context(args, scan)
+    findings = list(engine.evaluate(ctx))  # rules add notes ("give --env to check ...")
+    inputs = dict(ctx.inputs)
+    inputs["engine"] = scan.engine
+    return findings, inputs, list(ctx.notes)
+
+
+def analyze(args: argparse.Namespace) -> Report:
+    """Scan ``args.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``."""
+    scan = scan_files(args.logs, engine=args.engine) if args.logs else ScanResult(
+        engine=args.engine)
+    findings, inputs, notes = evaluate(args, scan)
+    return build_report(scan, findings, inputs, notes)
+
+
+def run_analysis(logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
+                 env: str | None = None, scripts: Sequence[str] = (), engine: str = "auto",
+                 ds_version: str | None = None) -> Report:
+    """Analyze logs and the other inputs. Raises UsageError on bad input."""
+    return analyze(argparse.Namespace(logs=list(logs), config=list(configs), model=model,
+                                      env=env, script=list(scripts), ds_version=ds_version,
+                                      engine=engine))

@@ -1,0 +1,1 @@
+"""What the run is: config files, the log's facts, the model, scripts, the environment."""

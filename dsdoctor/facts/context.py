@@ -1,0 +1,312 @@
+"""The analysis context: everything rules may look at, gathered once before the engine runs.
+
+:func:`build_context` turns the command-line inputs (``--config``, ``--model``, ``--env``,
+``--script``, ``--ds-version``) and the log's :class:`ScanResult` into a :class:`Context`.
+Rules only read it; the one thing they may add is a note that a fact was missing and which flag
+would supply it (:meth:`Context.missing`), so the report can say "give --env to check CPU RAM".
+
+The inputs are read by ``dsdoctor.facts.logfacts.extract`` (the log's facts), ``modelinfo.load_model_info``
+(``--model``), ``scriptcheck.check_script`` (``--script``) and ``envinfo.load_snapshot`` (``--env``),
+each imported only when its input is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
+from dsdoctor.errors import UsageError
+from dsdoctor.model import Fact, Symptom, TimelinePoint
+
+#: The release the config lints target when nothing says which DeepSpeed runs the config.
+DEFAULT_DS_VERSION = "0.19.8"
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A rule could not check something: which rule, what fact, which flag would supply it."""
+
+    rule: str
+    fact: str
+    flag: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: give {self.flag} to check {self.fact}"
+
+
+@dataclass
+class Context:
+    """Inputs of one analysis. Built once by :func:`build_context`; rules treat it as read-only."""
+
+    symptoms: dict[str, Symptom] = field(default_factory=dict)
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    files: list[Any] = field(default_factory=list)  # FileSummary of the scanned logs
+    configs: list[ConfigDoc] = field(default_factory=list)  # every --config, as given
+    ds: ConfigDoc | None = None  # the effective DeepSpeed config (from --config, else the log)
+    ds_source: str | None = None  # "config" | "accelerate" | "log" | None
+    ds_from_log: dict[str, Any] | None = None  # the config the engine printed, when the log has it
+    accelerate: ConfigDoc | None = None
+    trainer_args: dict[str, Any] = field(default_factory=dict)
+    uses_trainer: bool | None = None  # True: Trainer seen (log/args/script); False: seen not used
+    world_size: int | None = None
+    world_size_source: str | None = None
+    model: Any = None  # part B's ModelInfo
+    env: dict[str, Any] | None = None  # env snapshot (see dsdoctor env --format json)
+    env_source: str | None = None
+    scripts: list[Any] = field(default_factory=list)  # part B's ScriptFacts, one per --script
+    script_sources: dict[str, str] = field(default_factory=dict)  # path -> text (read, not run)
+    ds_version: str = DEFAULT_DS_VERSION  # the release the lints target
+    ds_version_source: str = "default"
+    log_facts: Any = None  # part B's LogFacts
+    model_config: dict[str, Any] | None = None  # the raw config.json (quantization_config, ...)
+    uses_accelerate: bool = False  # an Accelerate config, or a script creating Accelerator()
+    notes: list[str] = field(default_factory=list)
+    missing_facts: list[Missing] = field(default_factory=list)
+
+    # --------------------------------------------------------------------------- config helpers
+    def cfg_get(self, path: str, default: Any = None) -> Any:
+        """Value at a dotted path of the effective DeepSpeed config (``zero_optimization.stage``)."""
+        if self.ds is None:
+            return default
+        return self.ds.get(path, default)
+
+    def cfg_has(self, path: str) -> bool:
+        """True when the effective DeepSpeed config writes this path."""
+        return self.ds is not None and self.ds.has(path)
+
+    def cfg_file(self) -> str | None:
+        """File of the effective DeepSpeed config (None when rebuilt from the log)."""
+        if self.ds is None or self.ds_source == "log":
+            return None
+        return self.ds.path
+
+    def zero_stage(self) -> int:
+        """ZeRO stage as DeepSpeed reads it (0 when absent or unreadable)."""
+        try:
+            return int(self.cfg_get("zero_optimization.stage", 0) or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    def acc_get(self, path: str, default: Any = None) -> Any:
+        """Value at a dotted path of the Accelerate config."""
+        return self.accelerate.get(path, default) if self.accelerate is not None else default
+
+    # --------------------------------------------------------------------------- other inputs
+    def has_symptom(self, kind: str) -> bool:
+        """True when the log shows this symptom kind."""
+        return kind in self.symptoms
+
+    def symptom(self, kind: str) -> Symptom | None:
+        """The aggregated symptom of this kind, or None."""
+        return self.symptoms.get(kind)
+
+    def facts_named(self, name: str) -> list[Fact]:
+        """Log facts with this name, in log order."""
+        return [f for f in self.facts if f.name == name]
+
+    def env_get(self, path: str, default: Any = None) -> Any:
+        """Value at a dotted path of the env snapshot (``cpu.ram_total_bytes``, ``gpus[0].name``)."""
+        return lookup(self.env, path, default) if self.env else default
+
+    def gpu_memory_bytes(self) -> int | None:
+        """Smallest GPU memory (the GPU that OOMs first): env snapshot, else the log, else None."""
+        sizes = [g.get("memory_total_bytes") for g in (self.env_get("gpus") or [])
+                 if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
+        if not sizes and self.log_facts is not None:
+            sizes = [g.get("total_bytes") for g in getattr(self.log_facts, "gpus", None) or []
+                     if isinstance(g, dict) and isinstance(g.get("total_bytes"), (int, float))]
+        return int(min(sizes)) if sizes else None
+
+    def missing(self, rule: str, fact: str, flag: str) -> None:
+        """Record that ``rule`` needs ``fact`` (supplied by ``flag``) and could not check it."""
+        m = Missing(rule, fact, flag)
+        if m not in self.missing_facts:
+            self.missing_facts.append(m)
+            self.notes.append(str(m))
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        """What this analysis used besides the log (for ``Report.inputs``)."""
+        return {
+            "configs": [{"path": d.path, "kind": d.kind} for d in self.configs],
+            "deepspeed_config": (None if self.ds is None else
+                                 {"source": self.ds_source, "path": self.cfg_file()}),
+            "ds_version": {"release": self.ds_version, "source": self.ds_version_source},
+            "env": self.env_source,
+            "model": getattr(self.model, "path", None),
+            "scripts": list(self.script_sources),
+            "world_size": ({"value": self.world_size, "source": self.world_size_source}
+                           if self.world_size else None),
+            "trainer": self.uses_trainer,
+        }
+
+
+# ------------------------------------------------------------------------------------ building
+
+def _raw_model_config(path: str) -> dict[str, Any] | None:
+    """The model's config.json as plain JSON (read, never executed), or None."""
+    cand = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(cand, "rb") as fh:
+            data = json.loads(fh.read(8 * 1024 * 1024).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?")
+
+
+def _version_of(value: Any) -> str | None:
+    if isinstance(value, str):
+        m = _VERSION.match(value.strip().lstrip("v"))
+        if m:
+            return m.group()
+    return None
+
+
+def _coerce_trainer_args(raw: Any) -> dict[str, Any]:
+    """Trainer arguments given as a dict or as an argv list (``["--fp16", "--lr", "2e-5"]``)."""
+    if isinstance(raw, dict):
+        return {str(k).lstrip("-").replace("-", "_"): v for k, v in raw.items()}
+    out: dict[str, Any] = {}
+    if isinstance(raw, (list, tuple)):
+        items = [str(x) for x in raw]
+        i = 0
+        while i < len(items):
+            tok = items[i]
+            if tok.startswith("--"):
+                name, eq, val = tok[2:].partition("=")
+                name = name.replace("-", "_")
+                if eq:
+                    out[name] = val
+                elif i + 1 < len(items) and not items[i + 1].startswith("--"):
+                    out[name] = items[i + 1]
+                    i += 1
+                else:
+                    out[name] = True
+            i += 1
+    return out
+
+
+def build_context(args: Any, scan_result: Any = None) -> Context:
+    """Gather every input of one analysis into a :class:`Context`.
+
+    ``args`` needs ``config`` (list of paths), ``model``, ``env``, ``script`` (list) and optionally
+    ``ds_version`` and ``trainer_args`` (dict or argv list; used by rule examples and tests).
+    ``scan_result`` is the log's ScanResult (or None for a pre-flight check without a log).
+    """
+    ctx = Context()
+    if scan_result is not None:
+        ctx.symptoms = dict(getattr(scan_result, "symptoms", {}) or {})
+        ctx.timeline = list(getattr(scan_result, "timeline", []) or [])
+        ctx.facts = list(getattr(scan_result, "facts", []) or [])
+        ctx.files = list(getattr(scan_result, "files", []) or [])
+
+    # Configs: at most one DeepSpeed config and one Accelerate config make sense together.
+    for path in getattr(args, "config", None) or []:
+        doc = load_config(path)
+        ctx.configs.append(doc)
+        ctx.notes.extend(doc.notes)
+        if doc.kind == "accelerate":
+            if ctx.accelerate is None:
+                ctx.accelerate = doc
+            else:
+                ctx.notes.append(f"{path}: a second Accelerate config; only {ctx.accelerate.path} is used")
+            if doc.deepspeed is not None and ctx.ds is None:
+                ctx.ds, ctx.ds_source = doc.deepspeed, "accelerate"
+        elif ctx.ds is None or ctx.ds_source == "accelerate":
+            ctx.ds, ctx.ds_source = doc, "config"
+        else:
+            ctx.notes.append(f"{path}: a second DeepSpeed config; only {ctx.ds.path} is linted "
+                             "against the log")
+
+    # Facts the log states (part B's logfacts): Trainer arguments, printed config, world size.
+    if ctx.facts:
+        from dsdoctor.facts.logfacts import extract
+
+        lf = ctx.log_facts = extract(ctx.facts)
+        ctx.trainer_args.update(lf.trainer_args)
+        ds_log = lf.ds_config
+        if isinstance(ds_log, dict) and ds_log:
+            ctx.ds_from_log = ds_log
+            if ctx.ds is None:
+                # A config rebuilt from the engine's attribute dump has names dsdoctor chose:
+                # mark it synthesized so key-name lints (DS302/303/319) leave it alone. The
+                # user's own JSON block printed by the engine is linted like a file.
+                rebuilt = lf.ds_config_source != "json"
+                ctx.ds = ConfigDoc("<log: DeepSpeed config>", "deepspeed", ds_log, synthesized=rebuilt)
+                ctx.ds_source = "log"
+                ctx.notes.append("no --config: checked the DeepSpeed config the engine printed in "
+                                 "the log")
+        ws = lf.world_size
+        if isinstance(ws, int) and ws > 0:
+            ctx.world_size, ctx.world_size_source = ws, "log"
+        if lf.uses_trainer is not None:
+            ctx.uses_trainer = bool(lf.uses_trainer)
+
+    explicit = getattr(args, "trainer_args", None)
+    if explicit:
+        ctx.trainer_args.update(_coerce_trainer_args(explicit))
+        ctx.uses_trainer = True
+    # Arguments on a command line are not proof of the Trainer: DeepSpeed-Chat and many scripts
+    # take --per_device_train_batch_size too and call deepspeed.initialize themselves.
+
+    # Environment snapshot.
+    env_spec = getattr(args, "env", None)
+    if env_spec:
+        from dsdoctor.facts.envinfo import load_snapshot  # "local" collects this machine's
+
+        ctx.env = load_snapshot(env_spec)
+        ctx.env_source = "this machine" if env_spec == "local" else env_spec
+        if ctx.world_size is None:
+            gpus = ctx.env_get("gpus")
+            # A snapshot describes one node; its GPU count is the world size only for one node.
+            if isinstance(gpus, list) and gpus and ctx.env_get("nodes", 1) == 1:
+                ctx.world_size, ctx.world_size_source = len(gpus), "env (one node)"
+    if ctx.world_size is None and isinstance(getattr(args, "world_size", None), int):
+        ctx.world_size, ctx.world_size_source = args.world_size, "args"
+
+    # Model config (never weights).
+    model_path = getattr(args, "model", None)
+    if model_path:
+        from dsdoctor.facts.modelinfo import load_model_info
+
+        ctx.model = load_model_info(model_path)
+        ctx.model_config = _raw_model_config(model_path)
+
+    # Training scripts: read as text for AST checks; never imported or run.
+    scripts = getattr(args, "script", None) or []
+    if scripts:
+        from dsdoctor.facts.scriptcheck import check_script
+    for path in scripts:
+        try:
+            with open(path, "rb") as fh:
+                ctx.script_sources[path] = fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script path") from None
+        ctx.scripts.append(check_script(path))
+    if ctx.uses_trainer is None and ctx.scripts:
+        ctx.uses_trainer = any(sf.uses_trainer for sf in ctx.scripts)
+    ctx.uses_accelerate = ctx.accelerate is not None or any(sf.uses_accelerate for sf in ctx.scripts)
+
+    # Which DeepSpeed release the config is linted for.
+    target = _version_of(getattr(args, "ds_version", None))
+    if target:
+        ctx.ds_version, ctx.ds_version_source = target, "--ds-version"
+    else:
+        env_v = _version_of(ctx.env_get("packages.deepspeed"))
+        log_v = _version_of(ctx.log_facts.version("deepspeed")) if ctx.log_facts is not None else None
+        if env_v:
+            ctx.ds_version, ctx.ds_version_source = env_v, "env"
+        elif log_v:
+            ctx.ds_version, ctx.ds_version_source = log_v, "log"
+    return ctx
+
+
+__all__ = ["Context", "Missing", "build_context", "DEFAULT_DS_VERSION"]

@@ -1,0 +1,280 @@
+"""Log formats as data: YAML files of patterns, each with real sample lines the tests run.
+
+See docs/design.md ("Format files") for the schema. This module loads and validates them,
+converts extracted fields to typed values, and derives the literals the pure-Python prefilter
+searches for.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import regex
+import yaml
+
+from dsdoctor.model import SYMPTOM_KINDS
+
+FIELD_TYPES = ("int", "float", "str", "bytes", "bool")
+# Constructs that can match a line break: forbidden in prefilters (see _build).
+_LINE_CROSSING = re.compile(r"\\[sSWDn r]|(?<!\\)\.|\[\^")
+MAX_JOIN_NEXT = 8
+
+
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class FormatError(ValueError):
+    """A format file breaks the schema (a bug in dsdoctor, caught by the tests)."""
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One precise pattern with its prefilter."""
+
+    id: str
+    format: str
+    emits: str  # symptom kind | "timeline" | "fact:<name>"
+    prefilter: str
+    source: str  # the precise regex, compiled on first use (most patterns never see a candidate)
+    caseless: bool = False
+    join_next: int = 0
+    strength: int = 1
+    fields: dict[str, str] = field(default_factory=dict)
+    samples: tuple[dict[str, Any], ...] = ()
+    negatives: tuple[str, ...] = ()
+
+    @property
+    def is_timeline(self) -> bool:
+        return self.emits == "timeline"
+
+    @property
+    def is_fact(self) -> bool:
+        return self.emits.startswith("fact:")
+
+    @property
+    def regex(self) -> Any:
+        """The compiled precise pattern (``regex`` module), compiled once, on first use."""
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            flags = regex.IGNORECASE if self.caseless else 0
+            compiled = regex.compile(self.source, flags | regex.VERSION0)
+            object.__setattr__(self, "_compiled", compiled)
+        return compiled
+
+    def match(self, text: str) -> dict[str, Any] | None:
+        """Typed field values if the pattern matches ``text``, else None."""
+        m = self.regex.search(text)
+        if m is None:
+            return None
+        out: dict[str, Any] = {}
+        for name, raw in m.groupdict().items():
+            if raw is None:
+                continue
+            typ = self.fields.get(name, "str")
+            val = convert(raw, typ)
+            if val is not None:
+                out[name] = val
+        return out
+
+    def match_lines(self, first: str, following: list[str]) -> dict[str, Any] | None:
+        """Match one segment, or (``join_next``) the segment joined with the lines after it."""
+        got = self.match(first)
+        if got is not None or not self.join_next or not following:
+            return got
+        joined = first
+        for nxt in following[: self.join_next]:
+            joined = joined.rstrip() + " " + nxt.strip()
+            got = self.match(joined)
+            if got is not None:
+                return got
+        return None
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([KMGTP]?i?B|bytes?)?\s*$", re.I)
+# torch prints "GiB"/"MiB" (binary); the bare "GB"/"MB" of its older messages are binary too
+_UNIT_POWER = {"": 0, "b": 0, "byte": 0, "bytes": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def convert(raw: str, typ: str) -> Any:
+    """Convert a captured string to its declared type; None when it does not parse."""
+    raw = raw.strip()
+    try:
+        if typ == "int":
+            return int(raw.replace(",", ""))
+        if typ == "float":
+            v = float(raw.replace(",", ""))  # also "nan", "-inf", "Infinity"
+            # one NaN object for every NaN: results then compare equal (nan != nan, but
+            # containers compare identical objects as equal), e.g. the two engines' timelines
+            return math.nan if v != v else v
+        if typ == "bytes":
+            m = _SIZE_RE.match(raw)
+            if not m:
+                return None
+            unit = (m.group(2) or "").lower()
+            power = _UNIT_POWER.get(unit, _UNIT_POWER.get(unit[:1], 0))
+            return int(float(m.group(1)) * 1024 ** power)
+        if typ == "bool":
+            return raw.lower() in ("true", "1", "yes", "on")
+    except (ValueError, OverflowError):
+        return None
+    return raw
+
+
+def _check_keys(obj: dict, allowed: set[str], where: str) -> None:
+    extra = set(obj) - allowed
+    if extra:
+        raise FormatError(f"{where}: unknown keys {sorted(extra)}")
+
+
+def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Pattern:
+    _check_keys(
+        spec,
+        {"id", "emits", "prefilter", "caseless", "regex", "join_next", "strength", "fields",
+         "samples", "negatives", "description", "source", "notes"},
+        where,
+    )
+    for key in ("id", "emits", "prefilter", "regex"):
+        if not spec.get(key):
+            raise FormatError(f"{where}: missing {key!r}")
+    emits = spec["emits"]
+    if not (emits in SYMPTOM_KINDS or emits == "timeline" or emits.startswith("fact:")):
+        raise FormatError(f"{where}: emits {emits!r} is not a symptom kind, 'timeline' or 'fact:*'")
+    fields = dict(spec.get("fields") or {})
+    for name, typ in fields.items():
+        if typ not in FIELD_TYPES:
+            raise FormatError(f"{where}: field {name!r} has unknown type {typ!r}")
+    caseless = bool(spec.get("caseless", False))
+    if validate:
+        try:
+            regex.compile(spec["regex"], (regex.IGNORECASE if caseless else 0) | regex.VERSION0)
+        except regex.error as exc:
+            raise FormatError(f"{where}: bad regex: {exc}") from None
+    bad = _LINE_CROSSING.search(spec["prefilter"])
+    if bad:
+        # Both engines must agree on which line a hit belongs to: a prefilter must never match
+        # "\n" or "\r". Use literal spaces or "[ \t]" instead of "\s", "." and negated classes.
+        raise FormatError(f"{where}: prefilter may not use {bad.group(0)!r} (it can cross lines)")
+    try:
+        re.compile(spec["prefilter"].encode(), re.IGNORECASE if caseless else 0)
+    except re.error as exc:
+        raise FormatError(f"{where}: bad prefilter: {exc}") from None
+    join_next = int(spec.get("join_next", 0))
+    if not 0 <= join_next <= MAX_JOIN_NEXT:
+        raise FormatError(f"{where}: join_next must be 0..{MAX_JOIN_NEXT}")
+    samples = []
+    for s in spec.get("samples") or ():
+        if isinstance(s, str):
+            s = {"line": s}
+        if "line" not in s:
+            raise FormatError(f"{where}: a sample lacks 'line'")
+        samples.append(dict(s))
+    if not samples:
+        raise FormatError(f"{where}: at least one real sample line is required")
+    return Pattern(
+        id=spec["id"],
+        format=fmt_name,
+        emits=emits,
+        prefilter=spec["prefilter"],
+        source=spec["regex"],
+        caseless=caseless,
+        join_next=join_next,
+        strength=int(spec.get("strength", 1)),
+        fields=fields,
+        samples=tuple(samples),
+        negatives=tuple(spec.get("negatives") or ()),
+    )
+
+
+def load_file(text: str, name: str, validate: bool = True) -> list[Pattern]:
+    """Parse one format file's YAML text into patterns.
+
+    ``validate=False`` skips compiling the precise regexes up front (the shipped formats: the
+    tests compile every one of them; at run time each compiles on first use).
+    """
+    doc = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader (C when available)
+    if not isinstance(doc, dict):
+        raise FormatError(f"{name}: a format file is a mapping")
+    _check_keys(doc, {"format", "description", "source", "patterns", "notes"}, name)
+    fmt = doc.get("format") or name
+    return [_build(fmt, spec, f"{name}:{spec.get('id', i)}", validate)
+            for i, spec in enumerate(doc.get("patterns") or ())]
+
+
+@functools.lru_cache(maxsize=1)
+def load_patterns() -> tuple[Pattern, ...]:
+    """All patterns of all shipped format files, validated (unique ids)."""
+    out: list[Pattern] = []
+    root = resources.files("dsdoctor.logs.formats")
+    for entry in sorted(root.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            out.extend(load_file(entry.read_text(encoding="utf-8"), entry.name, validate=False))
+    seen: set[str] = set()
+    for p in out:
+        if p.id in seen:
+            raise FormatError(f"duplicate pattern id {p.id!r}")
+        seen.add(p.id)
+    return tuple(out)
+
+
+# --- literals for the pure-Python prefilter ----------------------------------------------------
+
+try:  # Python 3.11+
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+    from re import _constants as _sre_const  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_constants as _sre_const  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+
+def _alternatives(items) -> list[bytes] | None:
+    """A set of literals one of which must occur wherever this parsed sequence matches."""
+    best: list[bytes] | None = None
+
+    def consider(opt: list[bytes] | None) -> None:
+        nonlocal best
+        if not opt or any(len(x) < 3 for x in opt):
+            return
+        if best is None or min(map(len, opt)) > min(map(len, best)):
+            best = opt
+
+    run = bytearray()
+    for op, av in items:
+        if op is _sre_const.LITERAL:
+            run.append(av if av < 256 else ord("?"))
+            continue
+        consider([bytes(run)] if run else None)
+        run = bytearray()
+        if op is _sre_const.SUBPATTERN:
+            consider(_alternatives(av[-1]))
+        elif op is _sre_const.BRANCH:
+            opts: list[bytes] = []
+            for branch in av[1]:
+                alt = _alternatives(branch)
+                if not alt:
+                    opts = []
+                    break
+                opts.extend(alt)
+            consider(opts or None)
+        elif op in (_sre_const.MAX_REPEAT, _sre_const.MIN_REPEAT) and av[0] >= 1:
+            consider(_alternatives(av[2]))
+    consider([bytes(run)] if run else None)
+    return best
+
+
+def required_literals(prefilter: str, caseless: bool) -> tuple[bytes, ...] | None:
+    """Literals (lower-cased when caseless) at least one of which every match contains."""
+    try:
+        parsed = _sre_parse.parse(prefilter.encode("utf-8").decode("latin-1"))
+    except Exception:  # noqa: BLE001 - any parse trouble means "no literal": scan with the regex
+        return None
+    lits = _alternatives(list(parsed))
+    if not lits:
+        return None
+    if caseless:
+        lits = [x.lower() for x in lits]
+    return tuple(dict.fromkeys(lits))

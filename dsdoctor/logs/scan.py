@@ -1,0 +1,350 @@
+"""Stream logs in constant memory and turn candidate segments into symptoms, timeline and facts.
+
+The file is read in byte chunks. A prefilter engine (see prefilter.py) finds the few places where
+some pattern may match; only the segments around those places are decoded, normalized and given
+to the precise patterns. Every chunk keeps a look-ahead tail so that patterns with ``join_next``
+(hard-wrapped messages) can see the lines after a candidate.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
+from dsdoctor.errors import UsageError
+from dsdoctor.logs.formats import Pattern, load_patterns
+from dsdoctor.model import Evidence, FileSummary, Symptom, TimelinePoint, Fact
+from dsdoctor.logs.prefilter import hyperscan_available, make_engine
+from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
+
+CHUNK_BYTES = 8 << 20
+LOOKAHEAD_BYTES = 256 << 10
+MAX_BUFFER_BYTES = 64 << 20  # a single line longer than this is cut (segments stay capped anyway)
+SEGMENT_WINDOW = 8 << 10  # around a hit inside a huge \r/\n-free segment
+TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; above, sampled
+TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte offset)
+TIMELINE_WINDOW_BYTES = 4 << 10
+TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
+
+
+@dataclass
+class ScanResult:
+    """What the logs show. Symptoms by kind, the run's timeline, facts, per-file summaries."""
+
+    symptoms: dict[str, Symptom] = field(default_factory=dict)
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    facts: list[Fact] = field(default_factory=list)
+    files: list[FileSummary] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    engine: str = ""
+
+
+class Scanner:
+    """Reusable scanner: compiles the prefilter engines once, scans any number of files."""
+
+    def __init__(self, patterns: Sequence[Pattern] | None = None, engine: str = "auto"):
+        self.patterns = list(patterns if patterns is not None else load_patterns())
+        self.main_patterns = [p for p in self.patterns if not p.is_timeline]
+        self.timeline_patterns = [p for p in self.patterns if p.is_timeline]
+        self._engine_choice = engine
+        self._engine_full = None
+        self._engine_main = None
+        # Timeline windows are small: the pure-Python engine is fast enough and needs no DB.
+        self.engine_timeline = make_engine(self.timeline_patterns, "python")
+        self.engine_name = "hyperscan" if engine != "python" and hyperscan_available() else "python"
+        self.symptoms = SymptomAggregator()
+        self.timeline = Timeline()
+        self.facts = FactCollector()
+        self.files: list[FileSummary] = []
+        self.notes: list[str] = []
+
+    # -- public -------------------------------------------------------------------------------
+    def scan_path(self, path: str, on_event: Callable[[str, Evidence, dict], None] | None = None
+                  ) -> None:
+        log = open_log(path)
+        try:
+            self._scan_stream(log.name, log.stream, log.size, log.compressed, on_event)
+        finally:
+            log.close()
+
+    def result(self) -> ScanResult:
+        return ScanResult(
+            symptoms=self.symptoms.build(),
+            timeline=self.timeline.points(),
+            facts=self.facts.facts(),
+            files=list(self.files),
+            notes=list(self.notes),
+            engine=self.engine_name,
+        )
+
+    # -- internals ----------------------------------------------------------------------------
+    def _engine(self, full_timeline: bool):
+        """Prefilter engines are compiled on first use (a big file never needs the full one)."""
+        if full_timeline:
+            if self._engine_full is None:
+                self._engine_full = make_engine(self.patterns, self._engine_choice)
+            return self._engine_full
+        if self._engine_main is None:
+            self._engine_main = make_engine(self.main_patterns, self._engine_choice)
+        return self._engine_main
+
+    @property
+    def engine_full(self):
+        return self._engine(True)
+
+    def _scan_stream(self, name, stream, size, compressed, on_event) -> None:
+        known = size is not None and not compressed
+        full_timeline = known and size <= TIMELINE_FULL_BYTES
+        if size is None or compressed:
+            stride = TIMELINE_UNKNOWN_SIZE_STRIDE
+        else:
+            stride = max(size // TIMELINE_TARGET_POINTS, TIMELINE_WINDOW_BYTES)
+        consumed = 0  # absolute offset of buf[0]
+        file_rank = rank_from_filename(name) if name != "<stdin>" else None
+        # One buffer, reused: fresh 8 MiB allocations per chunk cost more than the scan itself.
+        buf = bytearray(CHUNK_BYTES + LOOKAHEAD_BYTES)
+        have = 0  # valid bytes at the start of buf
+        base_line = 1  # line number of buf[0]
+        total = 0
+        last_byte = b"\n"
+        eof = False
+        while not eof:
+            if len(buf) < have + CHUNK_BYTES:
+                buf.extend(bytes(have + CHUNK_BYTES - len(buf)))
+            try:
+                n = stream.readinto(memoryview(buf)[have:have + CHUNK_BYTES]) or 0
+            except EOFError:
+                self.notes.append(f"{name}: truncated gzip stream; analyzed the first "
+                                  f"{total:,} bytes")
+                n = 0
+            except Exception as exc:  # noqa: BLE001 - OSError, zlib.error from a corrupt gzip...
+                if total == 0:
+                    raise UsageError(f"{name}: cannot read ({exc}); check the file") from None
+                self.notes.append(f"{name}: read error after {total:,} bytes ({exc}); "
+                                  "analyzed what was readable")
+                n = 0
+            if n == 0:
+                eof = True
+            total += n
+            have += n
+            if have == 0:
+                break
+            last_byte = bytes(buf[have - 1:have])
+            if eof:
+                cut = have
+            else:
+                limit = have - LOOKAHEAD_BYTES
+                cut = buf.rfind(b"\n", 0, limit) + 1 if limit > 0 else 0
+                if cut == 0:
+                    if have < MAX_BUFFER_BYTES:
+                        continue  # no complete line yet: read more
+                    cut = have - LOOKAHEAD_BYTES  # one giant line: cut it
+            # streams of unknown size (stdin, gzip) read every timeline line of their first MiBs
+            full = full_timeline or (not known and consumed < TIMELINE_FULL_BYTES)
+            patterns = self.patterns if full else self.main_patterns
+            hits = self._engine(full).candidates(buf, cut)
+            samples = [] if full else self._sample_timeline(buf, cut, consumed, stride)
+            base_line = self._process(name, buf, cut, have, hits, samples, patterns, base_line,
+                                      file_rank, on_event)
+            rest = have - cut
+            consumed += cut
+            if rest:
+                buf[0:rest] = buf[cut:have]
+            have = rest
+        lines = base_line - 1 + (1 if total and last_byte != b"\n" else 0)
+        self.files.append(FileSummary(path=name, lines=lines, bytes=total, compressed=compressed))
+        if total == 0:
+            self.notes.append(f"{name}: empty log")
+
+    def _process(self, name, buf, cut, have, hits, samples, patterns, base_line, file_rank,
+                 on_event) -> int:
+        """Match the candidates of buf[:cut]; return the line number of buf[cut]."""
+        seen: set[tuple[int, int]] = set()
+        pos = 0
+        line = base_line
+        count = buf.count
+        # hits and timeline samples in one pass of newline counting
+        items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
+        for off, idx, *rest in items:
+            if rest:  # a sampled timeline point: (offset, pattern index, segment, values)
+                seg, values = rest
+                if off > pos:
+                    line += count(b"\n", pos, off)
+                    pos = off
+                ev = Evidence(file=name, line=line, text=seg.text.strip()[:500],
+                              rank=seg.rank if seg.rank is not None else file_rank)
+                self.timeline.add(self.timeline_patterns[idx].id, ev, values)
+                continue
+            line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have)
+            key = (seg_start, idx)
+            if key in seen:
+                continue
+            seen.add(key)
+            if line_start > pos:
+                line += count(b"\n", pos, line_start)
+                pos = line_start
+            pat = patterns[idx]
+            seg = normalize(bytes(buf[seg_start:seg_end]))
+            following: list[str] = []
+            if pat.join_next:
+                following = _next_lines(buf, line_end, pat.join_next, have)
+            values = pat.match_lines(seg.text, following)
+            if values is None:
+                continue
+            rank = values.get("rank")
+            if not isinstance(rank, int):
+                rank = seg.rank if seg.rank is not None else file_rank
+            ev = Evidence(file=name, line=line, text=seg.text.strip()[:500], rank=rank)
+            self._emit(pat, ev, values)
+            if on_event is not None:
+                on_event(pat.emits, ev, values)
+        if cut > pos:
+            line += count(b"\n", pos, cut)
+        return line
+
+    def _emit(self, pat: Pattern, ev: Evidence, values: dict) -> None:
+        if pat.is_timeline:
+            self.timeline.add(pat.id, ev, values)
+        elif pat.is_fact:
+            self.facts.add(pat.emits[5:], ev, values)
+        else:
+            self.symptoms.add(pat.emits, pat.id, pat.strength, ev, values)
+
+    def _sample_timeline(self, buf, cut, consumed, stride) -> list[tuple]:
+        """Big files: read the timeline in small windows every ``stride`` bytes of the file.
+
+        Returns (offset, pattern index, segment, values), sorted by offset, first hit of each
+        timeline pattern per window.
+        """
+        out: list[tuple] = []
+        if not self.timeline_patterns or not cut:
+            return out
+        first = -(-consumed // stride) * stride - consumed  # next multiple of stride in buf
+        for start in range(first, cut, stride):
+            begin = buf.find(b"\n", start, cut) + 1 if start else 0
+            if (start and begin <= 0) or begin >= cut:
+                continue
+            stop = min(begin + TIMELINE_WINDOW_BYTES, cut)
+            window = bytes(buf[begin:stop])
+            wcut = window.rfind(b"\n") + 1
+            if wcut:
+                window = window[:wcut]
+            taken: set[int] = set()
+            for off, idx in self.engine_timeline.candidates(window, len(window)):
+                if idx in taken:
+                    continue
+                ls, ss, se, _ = _segment_at(window, off, len(window))
+                seg = normalize(window[ss:se])
+                values = self.timeline_patterns[idx].match(seg.text)
+                if values is None:
+                    continue
+                taken.add(idx)
+                out.append((begin + ls, idx, seg, values))
+        return out  # windows and their candidates come in offset order
+
+
+def _segment_at(buf, off: int, have: int) -> tuple[int, int, int, int]:
+    """(line start, segment start, segment end, line end) around offset ``off`` of ``buf[:have]``.
+
+    A segment is the ``\r``/``\n``-delimited piece holding ``off``; inside a huge segment
+    without separators only a window around ``off`` is kept.
+    """
+    line_start = buf.rfind(b"\n", 0, off) + 1
+    seg_start = max(line_start, buf.rfind(b"\r", line_start, off) + 1)
+    nl = buf.find(b"\n", off, have)
+    line_end = nl if nl != -1 else have
+    cr = buf.find(b"\r", off, line_end)
+    seg_end = cr if cr != -1 else line_end
+    if seg_end - seg_start > 4 * SEGMENT_WINDOW:
+        seg_start = max(seg_start, off - SEGMENT_WINDOW)
+        seg_end = min(seg_end, off + SEGMENT_WINDOW)
+    return line_start, seg_start, seg_end, line_end
+
+
+def _next_lines(buf, line_end: int, n: int, have: int) -> list[str]:
+    out: list[str] = []
+    pos = line_end + 1
+    for _ in range(n):
+        if pos >= have:
+            break
+        nl = buf.find(b"\n", pos, have)
+        end = nl if nl != -1 else have
+        if end - pos > 4 * SEGMENT_WINDOW:
+            end = pos + 4 * SEGMENT_WINDOW
+        out.append(normalize(bytes(buf[pos:end])).text)
+        pos = end + 1
+    return out
+
+
+def scan_files(paths: Iterable[str], engine: str = "auto",
+               on_event: Callable[[str, Evidence, dict], None] | None = None) -> ScanResult:
+    """Scan every path (``-`` = standard input) into one ScanResult."""
+    scanner = Scanner(engine=engine)
+    for p in paths:
+        scanner.scan_path(p, on_event=on_event)
+    return scanner.result()
+
+
+def scan_text(text: str, name: str = "<text>", engine: str = "auto") -> ScanResult:
+    """Scan an in-memory log (rule examples, tests)."""
+    import io  # noqa: PLC0415
+
+    scanner = Scanner(engine=engine)
+    data = text.encode("utf-8")
+    scanner._scan_stream(name, io.BytesIO(data), len(data), False, None)
+    return scanner.result()
+
+
+class TailScanner:
+    """Incremental scanning of a growing log (``dsdoctor watch``).
+
+    New bytes are fed as they arrive; complete lines are scanned. The last few lines are held
+    back until more arrive (or :meth:`flush`), so that hard-wrapped messages (``join_next``)
+    can still be joined with their continuation lines.
+    """
+
+    HOLD_BACK_LINES = 8
+
+    def __init__(self, name: str, scanner: Scanner | None = None,
+                 on_event: Callable[[str, Evidence, dict], None] | None = None):
+        self.name = name
+        self.scanner = scanner or Scanner()
+        self.on_event = on_event
+        self._buf = b""
+        self._line = 1
+        self.bytes_read = 0
+        self._rank = rank_from_filename(name)
+
+    @property
+    def lines_read(self) -> int:
+        return self._line - 1
+
+    def feed(self, data: bytes) -> None:
+        self.bytes_read += len(data)
+        self._buf += data
+        end = len(self._buf)
+        for _ in range(self.HOLD_BACK_LINES + 1):
+            end = self._buf.rfind(b"\n", 0, end)
+            if end <= 0:
+                return
+        self._process(end + 1)
+
+    def flush(self, final: bool = False) -> None:
+        """Scan the held-back complete lines (and, when ``final``, a last line without newline)."""
+        cut = len(self._buf) if final else self._buf.rfind(b"\n") + 1
+        if cut:
+            self._process(cut)
+
+    def _process(self, cut: int) -> None:
+        s = self.scanner
+        hits = s.engine_full.candidates(self._buf, cut)
+        self._line = s._process(self.name, self._buf, cut, len(self._buf), hits, [], s.patterns,
+                                self._line, self._rank, self.on_event)
+        self._buf = self._buf[cut:]
+
+    def result(self) -> ScanResult:
+        res = self.scanner.result()
+        res.files = [FileSummary(path=self.name, lines=self.lines_read, bytes=self.bytes_read)]
+        return res
