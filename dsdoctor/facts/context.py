@@ -20,6 +20,7 @@ from typing import Any
 
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Fact, Symptom, TimelinePoint
 
 #: The release the config lints target when nothing says which DeepSpeed runs the config.
@@ -67,6 +68,7 @@ class Context:
     uses_accelerate: bool = False  # an Accelerate config, or a script creating Accelerator()
     notes: list[str] = field(default_factory=list)
     missing_facts: list[Missing] = field(default_factory=list)
+    run: RunModel = field(default_factory=RunModel)  # what the run is: every rule reads this
 
     # --------------------------------------------------------------------------- config helpers
     def cfg_get(self, path: str, default: Any = None) -> Any:
@@ -306,6 +308,9 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
             ctx.ds_version, ctx.ds_version_source = env_v, "env"
         elif log_v:
             ctx.ds_version, ctx.ds_version_source = log_v, "log"
+    from dsdoctor.facts import run_build
+
+    ctx.run = run_build.build(ctx)
     return ctx
 
 
