@@ -359,3 +359,37 @@ def test_any_accepted_snapshot_renders(tmp_path: Path) -> None:
         build_issue(target="deepspeed", report=None, logs=[], env=snap)
 
     check()
+
+
+def _bare_venv(where: Path) -> Path:
+    """A fresh venv with no packages (no pip either: fast), standing in for another environment."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True,
+                   timeout=120)
+    return where / "bin" / "python"
+
+
+def test_env_probes_the_interpreter_given_with_python(tmp_path: Path) -> None:
+    # dsdoctor's own venv has torch (CI installs it); the other interpreter has nothing.
+    other = _bare_venv(tmp_path / "other")
+    snap = envinfo.collect(ops=False, python=str(other), timeout=60)
+    assert snap["python"]["executable"] == str(other)
+    assert snap["packages"]["torch"] is None and snap["packages"]["deepspeed"] is None
+    assert any("neither torch nor DeepSpeed is installed for " + str(other) in n
+               for n in snap["notes"])
+    assert not snap["errors"], snap["errors"]
+
+
+def test_env_defaults_to_the_active_virtualenv(tmp_path: Path) -> None:
+    other = _bare_venv(tmp_path / "active")
+    assert envinfo.training_python({"VIRTUAL_ENV": str(tmp_path / "active")}) == str(other)
+    # dsdoctor's own environment active, or none: dsdoctor's interpreter
+    assert envinfo.training_python({"VIRTUAL_ENV": sys.prefix}) == sys.executable
+    assert envinfo.training_python({}) == sys.executable
+    assert envinfo.training_python({"VIRTUAL_ENV": str(tmp_path / "missing")}) == sys.executable
+
+
+def test_env_python_that_is_not_an_interpreter_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    assert main(["env", "--python", str(tmp_path / "nope"), "--no-ops"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--python" in err and "not an executable file" in err

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -278,7 +279,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
-    snap = envinfo.collect(ops=not args.no_ops, timeout=args.timeout)
+    python = args.python or envinfo.training_python()
+    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
+        raise UsageError(f"--python {args.python}: not an executable file; give the interpreter "
+                         "the training runs with, e.g. /path/to/venv/bin/python")
+    snap = envinfo.collect(ops=not args.no_ops, timeout=args.timeout, python=python)
     if args.redact_paths or args.redact_hosts:
         snap = Redactor(paths=args.redact_paths, hosts=args.redact_hosts).obj(snap)
     if args.format == "json":
@@ -320,6 +325,9 @@ def register(subparsers: Any) -> None:
                    help="skip DeepSpeed's op compatibility report (the slowest probe, ~2 s)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="time limit for each child probe (torch, DeepSpeed ops); default 60")
+    p.add_argument("--python", metavar="PATH",
+                   help="the interpreter the training uses (default: the active venv or conda "
+                   "env, else dsdoctor's own); torch and DeepSpeed are probed in it")
     p.add_argument("--redact-paths", action="store_true", help="hide user home directories")
     p.add_argument("--redact-hosts", action="store_true", help="hide host names and IP addresses")
     p.set_defaults(func=run)

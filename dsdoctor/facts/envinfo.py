@@ -382,7 +382,7 @@ def _neutral_dir() -> str:
     return path
 
 
-def _run_probe(python: str, code: str) -> subprocess.Popen[str]:
+def _run_probe(python: str, code: str, *argv: str) -> subprocess.Popen[str]:
     """Start a child probe; it prints its JSON after a marker (libraries may print first).
 
     ``python -c`` puts the working directory first on ``sys.path``, so a ``json.py``, ``torch.py``
@@ -396,7 +396,7 @@ def _run_probe(python: str, code: str) -> subprocess.Popen[str]:
     env.setdefault("PYTHONWARNINGS", "ignore")
     env["PYTHONSAFEPATH"] = "1"
     env.pop("PYTHONSTARTUP", None)
-    return subprocess.Popen([python, "-c", _PROBE_PRELUDE + code], stdout=subprocess.PIPE,
+    return subprocess.Popen([python, "-c", _PROBE_PRELUDE + code, *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env,
                             stdin=subprocess.DEVNULL, cwd=_neutral_dir())
 
@@ -434,9 +434,58 @@ def _default_cuda_home() -> str | None:
     return "/usr/local/cuda" if os.path.isdir("/usr/local/cuda") else None
 
 
+# Run in another interpreter (``dsdoctor env --python PATH``): its version and the versions of the
+# packages it has, from package metadata (nothing is imported).
+_INTERPRETER_PROBE = r"""
+import importlib.metadata as md, json, os, platform, sys
+names = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+pk = {}
+for shown, dists in names.items():
+    pk[shown] = None
+    for d in dists:
+        try:
+            pk[shown] = md.version(d)
+            break
+        except md.PackageNotFoundError:
+            pass
+out = {"python": {"version": platform.python_version(),
+                  "implementation": platform.python_implementation(),
+                  "executable": sys.executable,
+                  "virtualenv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
+                  "conda_env": os.environ.get("CONDA_DEFAULT_ENV")},
+       "packages": pk}
+print("@@DSDOCTOR@@" + json.dumps(out))
+"""
+
+
+def training_python(environ: Mapping[str, str] | None = None) -> str:
+    """The interpreter the training most likely uses: the active venv's or conda env's, else ours.
+
+    dsdoctor may be installed on its own (pipx, another venv) while the user's shell has the
+    training environment activated; its packages are the ones that matter.
+    """
+    environ = os.environ if environ is None else environ
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        prefix = environ.get(var)
+        if not prefix:
+            continue
+        for cand in (os.path.join(prefix, "bin", "python"), os.path.join(prefix, "python.exe")):
+            if os.path.isfile(cand) and os.access(cand, os.X_OK):
+                if os.path.realpath(prefix) != os.path.realpath(sys.prefix):
+                    return cand
+                return sys.executable
+    return sys.executable
+
+
+def probe_interpreter(python: str, timeout: float) -> dict[str, Any]:
+    """Version and package versions of another interpreter, from a child process."""
+    proc = _run_probe(python, _INTERPRETER_PROBE, json.dumps(PACKAGES))
+    return _finish_probe(proc, f"interpreter {python}", timeout)
+
+
 def _installed(name: str, python: str, packages: Mapping[str, str | None]) -> bool:
     """Whether the interpreter running the child probes has ``name`` (find_spec: no import)."""
-    if python == sys.executable:
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
         return importlib.util.find_spec(name) is not None
     return packages.get(name) is not None
 
@@ -470,6 +519,12 @@ def collect(*, ops: bool = False, python: str | None = None, timeout: float = _E
             return default
 
     packages = guarded("packages", package_versions, {k: None for k in PACKAGES})
+    other: dict[str, Any] = {}
+    # Compared unresolved: every venv's python links to the same base interpreter binary.
+    if os.path.abspath(python) != os.path.abspath(sys.executable):
+        # Another interpreter trains: report its version and packages, not dsdoctor's own.
+        other = guarded("python", lambda: probe_interpreter(python, timeout), {})
+        packages = other.get("packages") or {k: None for k in PACKAGES}
     has_torch = _installed("torch", python, packages)
     has_ds = _installed("deepspeed", python, packages)
     # Start the slow child probes first and let them run while the fast probes do their work.
@@ -478,7 +533,11 @@ def collect(*, ops: bool = False, python: str | None = None, timeout: float = _E
     ds_proc = guarded("deepspeed_ops", lambda: _run_probe(python, _DEEPSPEED_PROBE), None) \
         if (has_ds and ops) else None
 
-    snap["python"] = guarded("python", probe_python, {})
+    snap["python"] = other.get("python") or guarded("python", probe_python, {})
+    if not (packages.get("torch") or packages.get("deepspeed")):
+        notes.append(f"neither torch nor DeepSpeed is installed for {python}: if the training "
+                     "uses another environment, run `dsdoctor env --python /path/to/its/python` "
+                     "(or activate that environment first)")
     snap["os"] = guarded("os", probe_os, {})
     snap["cpu"] = guarded("cpu", probe_cpu, {"count": os.cpu_count()})
     gpus, nvml_info = guarded("gpus", lambda: probe_gpus(notes, nvml), ([], {"available": False}))
