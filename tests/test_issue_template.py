@@ -139,3 +139,18 @@ def test_cli_output_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert capsys.readouterr().out == template_text()
     assert main(["issue-template", "-o", str(tmp_path)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_no_output_tells_people_to_install_an_unpublished_package(tmp_path: Path) -> None:
+    # dsdoctor is not on PyPI: neither the form nor a report may send people there.
+    from dsdoctor.diagnose.pipeline import run_analysis
+    from dsdoctor.render.issue_body import build_issue
+
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "fp16_loss_scale_collapse"
+    log = str(next(sample.glob("*.log")))
+    issue = build_issue(target="deepspeed", report=run_analysis([log]), logs=[log])
+    assert "Generated with dsdoctor" in issue.body
+    for text in (template_text(), issue.body):
+        assert "pip install dsdoctor" not in text
+        assert "pypi.org/project/dsdoctor" not in text
+    assert "clone" in template_text() and "pip install ." in template_text()

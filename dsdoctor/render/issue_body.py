@@ -670,7 +670,8 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     diag = ["**Diagnosis by dsdoctor**", ""] + (findings or ["_dsdoctor found no known failure pattern._"])
     steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("minimal script/command and data to "
              "reproduce (only you can answer this)") + "\n2. Launch command and config below\n3. See error")
-    footer = (f"<sub>Generated with [dsdoctor](https://pypi.org/project/dsdoctor/) {__version__} "
+    # No package-index link: dsdoctor is installed from its repository until it is published.
+    footer = (f"<sub>Generated with dsdoctor {__version__} "
               f"(`dsdoctor report --target {target}`); secrets were redacted. Review before posting.</sub>")
     notes = [n for n in (list(report.notes) if report else []) + list(inputs_note) if n]
 
