@@ -268,7 +268,9 @@ def probe_gpus(notes: list[str], nvml: Any = None) -> tuple[list[dict[str, Any]]
         if importlib.util.find_spec("pynvml") is None:
             notes.append("nvidia-ml-py (pynvml) is not installed: GPUs not probed")
             return [], info
-        import pynvml as nvml  # lazily: only needed here
+        import pynvml  # lazily: only needed here
+
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded on CPU machines

@@ -83,7 +83,7 @@ def zero3_mem_needs(
             cpu_mem = largest_layer_params * 4 * num_gpus_per_node * additional_buffer_factor
         else:
             cpu_mem = total_params * 4 * num_gpus_per_node * additional_buffer_factor
-    return int(cpu_mem), int(gpu_mem), largest_layer_memory
+    return int(cpu_mem), int(gpu_mem), int(largest_layer_memory)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def validate_form(form: Any) -> list[str]:
             label = attrs.get("label")
             if "label" in attrs and not _nonempty_str(label):
                 errs.append(f"{where}: attributes.label must be a non-empty string")
-            elif _nonempty_str(label):
+            elif isinstance(label, str) and _nonempty_str(label):
                 if label in labels:
                     errs.append(f"{where}: duplicate label '{label}' (labels must be unique)")
                 labels.add(label)
