@@ -254,16 +254,22 @@ def disk_full(ctx: Context, rule: Any) -> Iterator[Finding]:
     paths = _texts(s.values.get("path"))
     errnos = s.values.get("errno")
     quota = isinstance(errnos, dict) and 122 in (errnos.get("min"), errnos.get("max"))
-    what = "the disk quota was exceeded" if quota else "the disk is full (No space left on device)"
-    msg = [f"A write failed because {what} (line {s.first.line})"
-           + (f": {paths[0]}" if paths else "") + "."]
-    if s.patterns.get("torch-save-write-failed"):
-        msg.append("torch.save's 'file write failed' is a short write: the checkpoint being saved "
-                   "did not fit.")
+    if quota:
+        what = "A write failed because the disk quota was exceeded"
+    elif s.patterns.get("enospc"):
+        what = "A write failed because the disk is full (No space left on device)"
+    else:
+        what = "A checkpoint write came up short, which is what a full disk or quota looks like"
+    msg = [f"{what} (line {s.first.line})" + (f": {paths[0]}" if paths else "") + "."]
+    if s.patterns.get("torch-save-write-failed") or s.patterns.get("torch-save-short-write"):
+        msg.append("torch.save's 'file write failed' / 'unexpected pos' is a short write: the "
+                   "checkpoint being saved did not fit (or the filesystem failed the write).")
     shm_path = any(p.startswith("/dev/shm") for p in paths)
     saves = _fact_paths(ctx, "checkpoint-save")
     out_dir = trainer_arg(ctx, "output_dir")
     where = saves[-1][0] if saves else (out_dir if isinstance(out_dir, str) else None)
+    if where and where.endswith((".pt", ".bin", ".safetensors", ".pth")):
+        where = where.rsplit("/", 1)[0] or where  # the directory, not the first file written
     if shm_path:
         msg.append("The path is in /dev/shm: shared memory ran out, not the disk (see DS116).")
     elif where:
@@ -272,8 +278,10 @@ def disk_full(ctx: Context, rule: Any) -> Iterator[Finding]:
     total, _, src = param_count(ctx)
     if total:
         size = total * _CKPT_BYTES_PER_PARAM
-        msg.append(f"With {total / 1e9:.2f}B parameters ({src}) one full checkpoint with Adam "
-                   f"states is about {gib(size)} ({_CKPT_BYTES_PER_PARAM} bytes per parameter).")
+        count = f"{total / 1e9:.2f}B" if total >= 1e9 else f"{total / 1e6:.2f}M"
+        msg.append(f"With {count} parameters ({src}) one full checkpoint with Adam states is "
+                   f"about {gib(size) if size >= 2**30 else _mib(size)} "
+                   f"({_CKPT_BYTES_PER_PARAM} bytes per parameter).")
     limit = trainer_arg(ctx, "save_total_limit")
     fix = ["free space where the checkpoint is written (df -h on that path shows what is left)"]
     if not (isinstance(limit, int) and limit > 0):
@@ -348,10 +356,18 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
             fix = ("run the zero_to_fp32.py that was saved inside the checkpoint directory (same "
                    "DeepSpeed version), with --exclude_frozen_parameters if some were frozen")
         else:
-            msg = (f"zero_to_fp32 found no DeepSpeed checkpoint where it was pointed"
-                   + (f" ({d})" if d else "") + f" (line {s.first.line}).")
-            fix = ("pass the checkpoint directory that holds the 'latest' file and the "
-                   "global_stepN folder (e.g. output_dir/checkpoint-500), or --tag global_stepN")
+            d = d[: -len("/latest")] if d and d.endswith("/latest") else d
+            parent, _, tag = (d or "").rstrip("/").rpartition("/")
+            if tag.startswith("global_step") and parent:
+                msg = (f"zero_to_fp32 was run on the tag folder {d} (line {s.first.line}): it "
+                       "expects the directory above it, which holds the 'latest' file.")
+                fix = (f"run it on {parent}: python zero_to_fp32.py {parent} OUTPUT (add --tag "
+                       f"{tag} to convert that step rather than the latest one)")
+            else:
+                msg = (f"zero_to_fp32 found no DeepSpeed checkpoint where it was pointed"
+                       + (f" ({d})" if d else "") + f" (line {s.first.line}).")
+                fix = ("pass the checkpoint directory that holds the 'latest' file and the "
+                       "global_stepN folder (e.g. output_dir/checkpoint-500), or --tag global_stepN")
     elif p.get("state-dict-size-mismatch"):
         params = _texts(s.values.get("param"))
         shapes = list(zip(_texts(s.values.get("ckpt_shape")), _texts(s.values.get("model_shape"))))
