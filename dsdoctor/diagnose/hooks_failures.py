@@ -37,11 +37,16 @@ def _mib(b: float | int | None) -> str:
 
 
 def _fact_paths(ctx: Context, name: str) -> list[tuple[str, Evidence]]:
-    """(path, evidence) of the checkpoint-save / checkpoint-load facts, in log order."""
+    """(directory, evidence) of the checkpoint-save / checkpoint-load facts, in log order.
+
+    DeepSpeed logs the first file it writes or reads; the user knows the directory.
+    """
     out = []
     for f in ctx.facts_named(name):
         p = f.values.get("path")
         if isinstance(p, str) and p:
+            if p.endswith((".pt", ".bin", ".safetensors", ".pth")) and "/" in p:
+                p = p.rsplit("/", 1)[0]
             out.append((p, f.evidence))
     return out
 
@@ -268,8 +273,6 @@ def disk_full(ctx: Context, rule: Any) -> Iterator[Finding]:
     saves = _fact_paths(ctx, "checkpoint-save")
     out_dir = trainer_arg(ctx, "output_dir")
     where = saves[-1][0] if saves else (out_dir if isinstance(out_dir, str) else None)
-    if where and where.endswith((".pt", ".bin", ".safetensors", ".pth")):
-        where = where.rsplit("/", 1)[0] or where  # the directory, not the first file written
     if shm_path:
         msg.append("The path is in /dev/shm: shared memory ran out, not the disk (see DS116).")
     elif where:
