@@ -97,10 +97,31 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     results = _texts(s.values.get("nccl_result"))
     version = vals(s, "nccl_version", "first")
     version = version[0] if isinstance(version, list) and version else version
-    said = reasons[0] if reasons else (results[0] if results else "an NCCL error")
-    msg = [f"NCCL failed with '{said}' (line {s.first.line})"
-           + (f", NCCL {version}" if version else "") + "."]
+    if reasons or results:
+        said = f"NCCL failed with '{reasons[0] if reasons else results[0]}'"
+    elif isinstance(vals(s, "ib_status", "first"), int):
+        said = "NCCL reported an InfiniBand/RoCE completion error"
+    elif _texts(s.values.get("cuda_failure")):
+        said = "NCCL reported a failed CUDA call"
+    else:
+        said = "NCCL reported a failed connection to a peer"
+    msg = [f"{said} (line {s.first.line})" + (f", NCCL {version}" if version else "") + "."]
     causes = [_NCCL_CAUSES[r] for r in reasons if r in _NCCL_CAUSES]
+    ib = vals(s, "ib_status", "first")
+    if isinstance(ib, int):
+        causes.append(f"an InfiniBand/RoCE completion error (status {ib}"
+                      + (", retry count exceeded: a link, switch or peer that stopped answering"
+                         if ib == 12 else "") + "): check the fabric (ibstat, port counters) and "
+                      "whether a peer rank died first")
+    os_errs = _texts(s.values.get("os_error"))
+    if os_errs or s.patterns.get("nccl-warn-failure") and not ib and not _texts(s.values.get("cuda_failure")):
+        causes.append("a peer's connection " + (f"failed ({os_errs[0]})" if os_errs else "closed")
+                      + ": the rank on the other side died (its log has the first error) or the "
+                      "network between the nodes dropped; NCCL_SOCKET_IFNAME must name an "
+                      "interface every node can reach")
+    for cf in _texts(s.values.get("cuda_failure"))[:1]:
+        causes.append(f"a CUDA call inside NCCL failed ('{cf}'): look for an earlier CUDA error, "
+                      "or a driver/CUDA mismatch in the container")
     if ctx.has_symptom("shm-exhausted"):
         causes.insert(0, "the log also shows /dev/shm running out (see DS116): that is the cause")
     if ctx.has_symptom("cuda-error"):
@@ -112,8 +133,13 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     vers = _versions(ctx)
     if vers:
         msg.append("Versions: " + ", ".join(vers) + ".")
-    fix = ["rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and read the first "
-           "'NCCL WARN' line of the failing rank: it names the call that failed"]
+    if s.patterns.get("nccl-warn-failure"):
+        # NCCL_DEBUG is already on: point at what its WARN lines say instead of asking for them.
+        w = next((e for e in s.evidence if "NCCL WARN" in e.text), s.first)
+        fix = [f"start from the first NCCL WARN (line {w.line}): it names the failing call"]
+    else:
+        fix = ["rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and read the first "
+               "'NCCL WARN' line of the failing rank: it names the call that failed"]
     if not ctx.env:
         fix.append("compare torch's NCCL (python -c 'import torch; print(torch.cuda.nccl."
                    "version())') and the NVIDIA driver on every node; `dsdoctor env` records both")
