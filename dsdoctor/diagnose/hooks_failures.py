@@ -330,6 +330,9 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
     s = ctx.symptom("job-time-limit")
     if s is None:
         return
+    if s.patterns.get("k8s-pod-evicted") and not s.patterns.get("slurm-cancelled-due-to"):
+        yield _k8s_evicted(ctx, s)
+        return
     reasons = _texts(s.values.get("reason"))
     job = (_texts(s.values.get("job_id")) or ["?"])[0]
     at = (_texts(s.values.get("at")) or [None])[0]
@@ -349,6 +352,22 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
                "save more often (--save_steps); sbatch --signal=USR1@300 gives 5 minutes to save "
                "before the limit")
     yield finding(msg, fix=fix + ".", evidence=_evidence(s) + tuple(e for _, e in saves[-1:]))
+
+
+def _k8s_evicted(ctx: Context, s: Symptom) -> Finding:
+    """Kubernetes evicted the pod under node pressure: which resource, and how to keep it placed."""
+    res = (_texts(s.values.get("resource")) or _texts(s.values.get("condition")) or ["?"])[0]
+    msg = (f"Kubernetes evicted the pod: the node was low on {res} (line {s.first.line}); the "
+           "training did not fail by itself.")
+    if res in ("ephemeral-storage", "DiskPressure"):
+        fix = ("write checkpoints and caches to a persistent volume, not the container's disk, and "
+               "request ephemeral-storage for the pod; then resume from the last checkpoint")
+    elif res in ("memory", "MemoryPressure"):
+        fix = ("set the pod's memory request to what the run uses (requests = limits) so it is "
+               "placed on a node with room; then resume from the last checkpoint")
+    else:
+        fix = "set resource requests for the pod; then resume from the last checkpoint"
+    return finding(msg, fix=fix + ".", evidence=_evidence(s))
 
 
 # --------------------------------------------------------------------------------- DS119 checkpoint
