@@ -244,6 +244,9 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
             parts.append("NCCL could not create its shared-memory segment in /dev/shm"
                          + (f" ({_mib(wanted)} per segment; it makes one per pair of local ranks "
                             "and channel, so 8 GPUs need hundreds of MiB)" if wanted else ""))
+    if pats.get("torch-shm-write") or pats.get("semlock-enospc"):
+        parts.append("a shared tensor or semaphore could not be created in /dev/shm: 'No space "
+                     "left on device' there means shared memory, not the disk")
     if pats.get("dataloader-bus-error"):
         parts.append("DataLoader workers died with a bus error: they pass batches through /dev/shm "
                      "and it filled up")
@@ -251,6 +254,7 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         parts.append("a rank was killed by SIGBUS (exit -7): in a container this is a write to a "
                      "full /dev/shm")
     msg = "; ".join(parts) + f" (line {s.first.line})."
+    msg = msg[:1].upper() + msg[1:]
     if isinstance(shm, (int, float)) and shm:
         msg += f" The env snapshot shows /dev/shm of {_mib(shm)}"
         msg += (" (Docker's default 64 MiB)." if abs(shm - 64 * 2**20) < 2**20 else ".")
@@ -263,7 +267,7 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         fix = ("give the container more shared memory: docker run --ipc=host, or --shm-size=8g "
                "(at least 1g for NCCL on 8 GPUs; DataLoader needs num_workers x prefetch batches "
                "more); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm")
-        if pats.get("dataloader-bus-error"):
+        if pats.get("dataloader-bus-error") or pats.get("torch-shm-write"):
             fix += "; or lower dataloader_num_workers"
         fix += ("; NCCL_SHM_DISABLE=1 only as a last resort (slower intra-node traffic)"
                 if pats.get("nccl-shm-segment") else "")
@@ -282,6 +286,10 @@ def disk_full(ctx: Context, rule: Any) -> Iterator[Finding]:
     s = ctx.symptom("disk-full")
     if s is None:
         return
+    shm = ctx.symptom("shm-exhausted")
+    if (shm is not None and set(s.patterns) == {"enospc"}
+            and (shm.patterns.get("semlock-enospc") or shm.patterns.get("torch-shm-write"))):
+        return  # the ENOSPC is /dev/shm's (semaphores, shared tensors): DS116 explains it
     paths = _texts(s.values.get("path"))
     errnos = s.values.get("errno")
     quota = isinstance(errnos, dict) and 122 in (errnos.get("min"), errnos.get("max"))
