@@ -29,6 +29,13 @@ SYMPTOM_KINDS: tuple[str, ...] = (
     "port-in-use",
     "launcher-nonzero-exit",
     "python-exception",
+    # failures that end a run (issue 10)
+    "nccl-error",
+    "cuda-error",
+    "shm-exhausted",
+    "disk-full",
+    "job-time-limit",
+    "checkpoint-error",
 )
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")

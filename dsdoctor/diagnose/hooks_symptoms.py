@@ -714,10 +714,19 @@ def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
         msgs.append("CUDA_HOME is not set or has no nvcc: DeepSpeed cannot compile its CUDA ops")
         fixes.append("install the CUDA toolkit (nvcc) matching torch and export "
                      "CUDA_HOME=/usr/local/cuda-X.Y, or use a CUDA devel container")
+    symbol = vals(s, "symbol", "first")
+    if symbol:
+        # The op was built; the process loads an older libstdc++ first (conda's or a package's).
+        msgs.append(f"op {op or '?'} was built but cannot be loaded: the libstdc++ loaded first "
+                    f"lacks {symbol}")
+        fixes.append("make the process load a libstdc++ at least as new as the compiler that "
+                     "built the op (conda install -c conda-forge libstdcxx-ng, or put the system "
+                     "libstdc++ first with LD_PRELOAD), then delete the op's folder under "
+                     "~/.cache/torch_extensions and let it rebuild")
     if "ninja" in text.lower():
         msgs.append("the JIT build needs ninja")
         fixes.append("pip install ninja (and a C++ compiler)")
-    if op:
+    if op and not symbol:
         msgs.append(f"op {op!r} failed to build")
     if not fixes:
         fixes.append("read the compiler error above the failure")
@@ -897,7 +906,8 @@ def port_in_use(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 _MORE_SPECIFIC = ("gpu-oom", "cpu-oom", "hang", "op-build-failure", "config-mismatch",
                   "batch-size-mismatch", "offload-client-optimizer", "port-in-use", "nan-loss",
-                  "loss-scale-collapse")
+                  "loss-scale-collapse", "nccl-error", "cuda-error", "shm-exhausted", "disk-full",
+                  "job-time-limit", "checkpoint-error")
 _SIGNALS = {6: "SIGABRT (an abort: a C++ assertion or a failed CUDA/NCCL call)",
             7: "SIGBUS (often /dev/shm too small in a container: docker --shm-size or --ipc=host)",
             9: "SIGKILL (usually the kernel's OOM killer)",
