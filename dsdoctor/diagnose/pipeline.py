@@ -45,9 +45,11 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
     # every renderer and the issue builder get the redacted report. The verdict and the problems
     # are built from the redacted symptoms and findings, so they quote only redacted text.
     report = redact_report(report)
+    skipped = run.steps_skipped if run is not None else None
     progress = verdict.Progress(
         steps_done=run.value("steps_done") if run is not None else None,
-        steps_skipped=run.value("steps_skipped") if run is not None else None)
+        steps_skipped=skipped.value if skipped is not None else None,
+        skipped_where=skipped.source.location if skipped is not None else None)
     fate = verdict.decide({s.kind: s for s in report.symptoms}, report.timeline,
                           report.findings, progress, has_log=bool(report.files))
     return replace(report, verdict=fate,

@@ -151,6 +151,20 @@ def _config_where(f: Finding) -> str | None:
     return f"{where} {f.config_path}"
 
 
+def _label(g: _Group) -> str:
+    """The cause's name as printed: the rule name for a lint, what went wrong for numerics."""
+    if g.cause.startswith("rule:"):
+        return g.cause.split(":")[-1]
+    if g.cause == "loss-scale":
+        kinds = {s.kind for s in g.symptoms}
+        if kinds & {"loss-scale-collapse", "fp16-overflow"} or any(
+                f.name in ("loss-scale-collapse", "fp16-overflow-warmup") for f in g.findings):
+            return "loss-scale"
+        return "nan-loss" if "nan-loss" in kinds else "loss-zero" if "loss-zero" in kinds else (
+            "loss-scale")
+    return g.cause
+
+
 def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
              decides: bool = False) -> Problem:
     findings = sorted(g.findings, key=lambda f: _SEVERITY.get(f.severity, 9))
@@ -180,7 +194,7 @@ def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
         if f.rule not in rules:
             rules.append(f.rule)
     return Problem(
-        cause=g.cause.split(":")[-1] if g.cause.startswith("rule:") else g.cause,
+        cause=_label(g),
         severity=severity, what=what, evidence=_pick_evidence(g, lead, shown), why=tuple(why),
         fix=fixer.fix if fixer is not None else "",
         fix_change=fixer.fix_change if fixer is not None else None,
@@ -219,7 +233,15 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
         g.cause != first,
         min((_SEVERITY.get(f.severity, 9) for f in g.findings), default=0 if g.symptoms else 9)))
     shown: set[tuple[str, int]] = set()
-    return tuple(_problem(g, verdict, shown, decides=g.cause == first) for g in ordered)
+    out = [_problem(g, verdict, shown, decides=g.cause == first) for g in ordered]
+    if verdict is not None and verdict.is_error and not any(p.symptoms for p in out):
+        # The verdict rests on the run model alone (e.g. most steps skipped, no overflow line
+        # kept): tell it as the first problem, so that a failed run never shows none.
+        what = verdict.sentence.split(": ", 1)[-1]
+        ev = tuple(e for e in verdict.evidence if (e.file, e.line) not in shown)
+        out.insert(0, Problem(cause=verdict.fate, severity="error", what=what[:1].upper() + what[1:],
+                              evidence=ev[:EVIDENCE_PER_PROBLEM]))
+    return tuple(out)
 
 
 __all__ = ["CAUSES", "group"]

@@ -50,6 +50,7 @@ class Progress:
 
     steps_done: int | None = None
     steps_skipped: int | None = None
+    skipped_where: str | None = None  # file:line of the line that states steps_skipped
 
     def phrase(self) -> str:
         """`` after step 40 (3 skipped)`` or ``""`` when no step was printed."""
@@ -171,7 +172,14 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         elif exc_sym is not None:
             cause = f"{_ranks(exc_sym) or 'a rank '}died on {exception_phrase(exc_sym)}"
         else:
-            cause = "a rank exited non-zero"
+            sig = _num(exit_sym.values, "signal_num", "first") if exit_sym is not None else None
+            code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
+            if sig is None and code is not None and code < 0:
+                sig = -code
+            cause = (f"a rank was killed by {SIGNALS.get(int(sig), f'signal {int(sig)}')}"
+                     if sig is not None else "a rank exited non-zero")
+            if sig is not None and code is not None:
+                ending = f"(exit {int(code)})"  # the signal is named already
         tail = f" {ending}" if ending else ""
         return verdict("failed", f"{cause}{steps}{tail}", collapse or get("config-mismatch")
                        or exc_sym, exit_sym)
@@ -183,7 +191,9 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         reasons.append(f"the fp16 loss scale collapsed{scale}")
         ev += [collapse, get("fp16-overflow")]
     if progress.mostly_skipped:
-        reasons.append(f"{progress.steps_skipped} of {progress.steps_done} steps were skipped")
+        where = f" ({progress.skipped_where})" if progress.skipped_where else ""
+        reasons.append(f"{progress.steps_skipped} of {progress.steps_done} steps were "
+                       f"skipped{where}")
     nan = get("nan-loss")
     if nan is not None:
         reasons.append(f"the loss or grad norm became NaN/inf ({nan.count} time(s), first at line "
