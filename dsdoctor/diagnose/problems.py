@@ -62,8 +62,8 @@ def _phrase(s: Symptom) -> str:
     if s.kind == "python-exception":
         return exception_phrase(s)
     words = {
-        "loss-scale-collapse": "the loss scale hit its minimum",
-        "nan-loss": "loss/grad norm NaN or inf",
+        "loss-scale-collapse": "scale at its minimum",
+        "nan-loss": "NaN/inf loss",
         "loss-zero": "loss exactly 0.0",
         "gpu-oom": "CUDA out of memory",
         "cpu-oom": "killed for host RAM",
@@ -74,8 +74,8 @@ def _phrase(s: Symptom) -> str:
         "offload-client-optimizer": "ZeRO-Offload refused the client optimizer",
         "port-in-use": "port already in use",
     }
-    where = f" from line {s.first.line}" if s.count > 1 else f" at line {s.first.line}"
-    return f"{words.get(s.kind, s.kind)} ({s.count}×{where})"
+    where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
+    return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"
 
 
 def _n(v: object) -> str:
