@@ -197,3 +197,18 @@ def test_every_sample_names_its_fate(scenario: str) -> None:
     d = json.loads((SAMPLES / scenario / "expected.json").read_text(encoding="utf-8"))
     assert d.get("fate") in ("failed", "hung", "not-learning", "recovered", "healthy"), scenario
 
+
+
+def test_verdict_and_problems_quote_only_redacted_text(tmp_path) -> None:
+    """They are built after redaction: a token in the fatal exception never reaches the sentence.
+
+    The line is constructed for this test (not a sample): an exception whose message holds a
+    Hugging Face token of the documented shape (hf_ + 34 characters).
+    """
+    token = "hf_" + "A1b2C3d4E5" * 3 + "f6G7"
+    log = tmp_path / "run.log"
+    log.write_text(f"OSError: 401 Client Error for token {token}\n", encoding="utf-8")
+    rep = run_analysis([str(log)], engine="python")
+    assert rep.verdict.fate == "failed" and "OSError" in rep.verdict.sentence
+    dumped = json.dumps([rep.verdict.to_dict(), [p.to_dict() for p in rep.problems]])
+    assert token not in dumped

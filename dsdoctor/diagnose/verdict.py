@@ -89,6 +89,28 @@ def exit_phrase(s: Symptom) -> str:
     return ", ".join(parts)
 
 
+def _gib(n: float) -> str:
+    """Bytes as the OOM message prints them: ``3.39 GiB``, ``978.00 MiB``."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def oom_numbers(s: Symptom) -> str:
+    """``GPU 1: tried to allocate 3.39 GiB, 2.40 GiB free of 79.32 GiB`` from a gpu-oom symptom."""
+    tried = _num(s.values, "tried_bytes", "max")
+    free = _num(s.values, "free_bytes", "min")
+    total = _num(s.values, "total_bytes", "max")
+    gpu = _num(s.values, "gpu", "first")
+    parts = []
+    if tried is not None:
+        parts.append(f"tried to allocate {_gib(tried)}")
+    if free is not None and total is not None:
+        parts.append(f"{_gib(free)} free of {_gib(total)}")
+    elif total is not None:
+        parts.append(f"{_gib(total)} total")
+    head = f"GPU {int(gpu)}: " if gpu is not None and parts else ""
+    return head + ", ".join(parts)
+
+
 def exception_phrase(s: Symptom) -> str:
     """``Exception: Current loss scale already at minimum ...`` (cut to stay one line)."""
     types = s.values.get("exc_type") or []
@@ -156,7 +178,7 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         s = get(kind)
         if s is None:
             continue
-        code = exit_phrase(s) if kind == "cpu-oom" else ""
+        code = exit_phrase(s) if kind == "cpu-oom" else oom_numbers(s) if kind == "gpu-oom" else ""
         detail = f" ({code})" if code else ""
         tail = f" {ending}" if ending and kind != "cpu-oom" else ""
         who = _ranks(s) or "the run "
