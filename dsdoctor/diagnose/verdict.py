@@ -111,6 +111,23 @@ def oom_numbers(s: Symptom) -> str:
     return head + ", ".join(parts)
 
 
+def hang_phrase(s: Symptom) -> str:
+    """``an ALLREDUCE (SeqNum 808) timed out after 600 s`` from a hang symptom's values."""
+    ops = s.values.get("op") or []
+    what = f"an {ops[0]}" if ops and ops[0][:1] in "AEIOU_" else f"a {ops[0]}" if ops else (
+        "a collective")
+    seq = _num(s.values, "seq", "first")
+    if ops and seq is not None:
+        what += f" (SeqNum {int(seq)})"
+    timeout = _num(s.values, "timeout_ms", "max")
+    stuck = _num(s.values, "stuck_s", "max")
+    if timeout is not None:
+        return f"{what} timed out after {_fmt(timeout / 1000)} s"
+    if stuck is not None:
+        return f"{what} was stuck for {_fmt(stuck)} s"
+    return f"{what} timed out"
+
+
 def exception_phrase(s: Symptom) -> str:
     """``Exception: Current loss scale already at minimum ...`` (cut to stay one line)."""
     types = s.values.get("exc_type") or []
@@ -171,7 +188,7 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
     if hang is not None:
         tail = f", then the ranks were stopped {ending}" if ending else ""
         where = f" on {_ranks(hang).strip()}" if hang.ranks else ""
-        return verdict("hung", f"a collective timed out{where} ({hang.count} watchdog/timeout "
+        return verdict("hung", f"{hang_phrase(hang)}{where} ({hang.count} watchdog/timeout "
                        f"line(s), first at line {hang.first.line}){steps}{tail}", hang, exit_sym)
 
     for kind, what in FATAL_CAUSES:
