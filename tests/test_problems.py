@@ -46,7 +46,7 @@ def test_collapse_text_prints_one_problem_each_evidence_line_once_in_25_lines(mo
     assert len(lines) <= 25, text
     assert all(len(line) <= 100 for line in lines)
     assert lines[0].startswith("FAILED: the fp16 loss scale collapsed")
-    assert len(re.findall(r"^problem \d+ of \d+", text, re.M)) == 1
+    assert len(re.findall(r"^problem \d+ of \d+", text, re.MULTILINE)) == 1
     shown = EVIDENCE.findall(text)
     assert shown and len(shown) == len(set(shown)), shown
     assert "DS103 nan-loss" in text  # the grouped finding is named once, under "also"
@@ -61,7 +61,7 @@ def test_verbose_text_adds_every_finding_and_symptom() -> None:
     for f in rep.findings:
         assert f"{f.rule} {f.name}" in full
     for s in rep.symptoms:
-        assert re.search(rf"^{re.escape(s.kind)}\s+{s.count}\s", full, re.M), s.kind
+        assert re.search(rf"^{re.escape(s.kind)}\s+{s.count}\s", full, re.MULTILINE), s.kind
 
 
 def test_oom_and_the_exception_it_raised_are_one_problem() -> None:

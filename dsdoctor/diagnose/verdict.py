@@ -212,13 +212,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
             cause = f"{_ranks(exc_sym) or 'a rank '}died on {exception_phrase(exc_sym)}"
         else:
             sig = _num(exit_sym.values, "signal_num", "first") if exit_sym is not None else None
-            code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
-            if sig is None and code is not None and code < 0:
-                sig = -code
+            exit_code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
+            if sig is None and exit_code is not None and exit_code < 0:
+                sig = -exit_code
             cause = (f"a rank was killed by {SIGNALS.get(int(sig), f'signal {int(sig)}')}"
                      if sig is not None else "a rank exited non-zero")
-            if sig is not None and code is not None:
-                ending = f"(exit {int(code)})"  # the signal is named already
+            if sig is not None and exit_code is not None:
+                ending = f"(exit {int(exit_code)})"  # the signal is named already
         tail = f" {ending}" if ending else ""
         return verdict("failed", f"{cause}{steps}{tail}", collapse or get("config-mismatch")
                        or exc_sym, exit_sym)
@@ -288,4 +288,4 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-__all__ = ["FATAL_CAUSES", "Progress", "SIGNALS", "decide", "exception_phrase", "exit_phrase"]
+__all__ = ["FATAL_CAUSES", "SIGNALS", "Progress", "decide", "exception_phrase", "exit_phrase"]

@@ -7,12 +7,18 @@ are decided in diagnose/ before a report reaches them.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from typing import Any
 
-from dsdoctor.model import Evidence, Problem, Report, Symptom, TimelinePoint, json_number
+from dsdoctor.model import (
+    Evidence,
+    Problem,
+    Report,
+    Symptom,
+    TimelinePoint,
+    json_number,
+)
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 EVIDENCE_IN_TEXT = 3

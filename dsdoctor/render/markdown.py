@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dsdoctor.model import Report
-from dsdoctor.render.analysis import (EVIDENCE_IN_TEXT, change_text, config_where, counts,
-                                      ev_line, inputs_summary, problem_heading, ranks_text,
-                                      summary_counts, symptom_values_summary, timeline_summary,
-                                      verdict_line)
+from dsdoctor.render.analysis import (
+    EVIDENCE_IN_TEXT,
+    change_text,
+    config_where,
+    counts,
+    ev_line,
+    inputs_summary,
+    problem_heading,
+    ranks_text,
+    summary_counts,
+    symptom_values_summary,
+    timeline_summary,
+    verdict_line,
+)
 
 
 def _md_cell(s: str) -> str:

@@ -10,10 +10,21 @@ from __future__ import annotations
 import io
 
 from dsdoctor.model import Evidence, Problem, Report
-from dsdoctor.render.analysis import (EVIDENCE_IN_TEXT, SEVERITY_STYLE, change_text, config_where,
-                                      ev_line, inputs_summary, problem_heading, ranks_text,
-                                      short_names, summary_counts, symptom_values_summary,
-                                      timeline_summary, verdict_line)
+from dsdoctor.render.analysis import (
+    EVIDENCE_IN_TEXT,
+    SEVERITY_STYLE,
+    change_text,
+    config_where,
+    ev_line,
+    inputs_summary,
+    problem_heading,
+    ranks_text,
+    short_names,
+    summary_counts,
+    symptom_values_summary,
+    timeline_summary,
+    verdict_line,
+)
 
 FATE_STYLE = {"FAILED": "bold red", "HUNG": "bold red", "NOT-LEARNING": "bold red",
               "RECOVERED": "bold green", "HEALTHY": "bold green", "UNKNOWN": "bold yellow"}
