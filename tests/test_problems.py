@@ -121,18 +121,20 @@ def test_every_finding_is_in_exactly_one_problem_and_json_keeps_everything() -> 
 
 
 def test_fix_is_shown_as_an_exact_change_when_the_finding_has_one(tmp_path, capsys) -> None:
+    """A typo'd key (DS303 knows the real one): the problem carries and prints the exact rename."""
     cfg = tmp_path / "ds.json"
     cfg.write_text('{\n  "train_micro_batch_size_per_gpu": 1,\n  "zero_optimization": {\n'
-                   '    "stage": 3,\n    "stage3_gather_16bit_weights_on_model_save": false,\n'
-                   '    "stage": 3\n  }\n}\n', encoding="utf-8")
+                   '    "stage": 2,\n    "overlap_com": true\n  }\n}\n', encoding="utf-8")
     main(["analyze", "--config", str(cfg), "--format", "json"])
     data = json.loads(capsys.readouterr().out)
-    with_change = [p for p in data["problems"] if p["fix_change"]]
+    assert data["verdict"]["fate"] == "unknown"  # pre-flight: no log, no fate
+    (p,) = [p for p in data["problems"] if p["fix_change"]]
+    assert p["fix_change"]["path"] == "zero_optimization.overlap_com"
+    assert p["config"] == f"{cfg}:5 zero_optimization.overlap_com"
     main(["analyze", "--config", str(cfg), "--color", "never"])
-    text = capsys.readouterr().out
-    for p in with_change:
-        assert "change: " in text
-        assert p["fix_change"]["path"] in text
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("change: rename zero_optimization.overlap_com → zero_optimization.overlap_comm "
+            f"({cfg}:5 zero_optimization.overlap_com)") in text
 
 
 def test_markdown_follows_the_text() -> None:
@@ -143,3 +145,13 @@ def test_markdown_follows_the_text() -> None:
     assert "### Symptoms" not in md and "### Symptoms" in render_markdown(rep, verbose=True)
     lines = [line for line in md.splitlines() if re.match(r"^\S+:\d+", line)]
     assert lines and len(lines) == len(set(lines))
+
+
+def test_verbose_flag_reaches_the_text_and_markdown(capsys) -> None:
+    folder = SAMPLES / "gpu_nccl_watchdog"
+    log = str(next(folder.glob("*.log")))
+    for fmt, marker in (("text", "All findings"), ("markdown", "### All findings")):
+        assert main(["analyze", log, "--format", fmt, "--color", "never"]) == 1
+        assert marker not in capsys.readouterr().out
+        assert main(["analyze", log, "--format", fmt, "--color", "never", "--verbose"]) == 1
+        assert marker in capsys.readouterr().out
