@@ -94,6 +94,21 @@ def test_labelled_real_log_gets_its_fate_and_exit_code(path: Path, fates: tuple[
         assert rep.exit_code == 1, f"{path.name}: a {fates[0]} run must exit 1"
 
 
+def test_every_labelled_class_has_a_fate() -> None:
+    """A new symptom kind in labels.tsv must be given a fate here (and a place in verdict.py)."""
+    known = _HUNG | _FAILED | _NOT_LEARNING | {"fp16-overflow"}
+    for folder in LABELLED:
+        labels = folder / "labels.tsv"
+        if not labels.is_file():
+            continue
+        with labels.open(encoding="utf-8") as fh:
+            for row in csv.DictReader(fh, delimiter="\t"):
+                classes = {c for c in (row.get("expected_classes") or "").split(",") if c}
+                assert classes <= known, (
+                    f"{row['file']}: no fate for {sorted(classes - known)}; add the kind to the sets "
+                    "in tests/test_verdict.py and to dsdoctor/diagnose/verdict.py")
+
+
 def test_labelled_logs_cover_every_fate_that_has_data() -> None:
     """The labelled logs exercise failed, hung, not-learning and healthy (else the test is idle)."""
     seen = set()
