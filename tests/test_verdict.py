@@ -227,3 +227,14 @@ def test_verdict_and_problems_quote_only_redacted_text(tmp_path) -> None:
     assert rep.verdict.fate == "failed" and "OSError" in rep.verdict.sentence
     dumped = json.dumps([rep.verdict.to_dict(), [p.to_dict() for p in rep.problems]])
     assert token not in dumped
+
+
+def test_a_symptom_kind_the_verdict_does_not_know_is_never_called_healthy() -> None:
+    """Formats may gain kinds before verdict.py judges them: the fate is then unknown, not healthy."""
+    from dsdoctor.diagnose.verdict import Progress, decide
+    from dsdoctor.model import Evidence, Symptom
+
+    ev = Evidence("run.log", 3, "(a line of the new kind)")
+    v = decide({"some-new-kind": Symptom("some-new-kind", 1, (ev,), ev, ev)}, (), (), Progress(),
+               has_log=True)
+    assert v.fate == "unknown" and "some-new-kind" in v.sentence and v.evidence == (ev,)

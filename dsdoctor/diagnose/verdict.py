@@ -256,6 +256,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         return verdict("unknown", f"{overflow.count} fp16 overflow(s){scale} and no step printed "
                        f"after the last one (line {overflow.last.line}): the log does not show "
                        "yet whether the scaler settled", overflow)
+    judged = {k for k, _w in FATAL_CAUSES} | {
+        "hang", "launcher-nonzero-exit", "python-exception", "loss-scale-collapse", "nan-loss",
+        "loss-zero", "fp16-overflow", "config-mismatch"}
+    unjudged = sorted(k for k in symptoms if k not in judged)
+    if unjudged:  # a kind added to the formats after this module: never call that run healthy
+        return verdict("unknown", f"the log shows {', '.join(unjudged)}, which the verdict does "
+                       "not judge yet", *(symptoms[k] for k in unjudged))
     trend = _loss_trend(timeline)
     if steps or trend:
         return verdict("healthy", f"no failure symptom in the log{steps}{trend}")
