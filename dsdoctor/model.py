@@ -40,6 +40,10 @@ SYMPTOM_KINDS: tuple[str, ...] = (
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
+#: What became of the run (see diagnose/verdict.py). The first three are errors: exit 1.
+FATES: tuple[str, ...] = ("failed", "hung", "not-learning", "recovered", "healthy", "unknown")
+ERROR_FATES: tuple[str, ...] = ("failed", "hung", "not-learning")
+
 #: Prefilter engines (see prefilter.py); here so that the CLI can offer them without importing it.
 ENGINES: tuple[str, ...] = ("auto", "hyperscan", "python")
 
@@ -174,6 +178,48 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The run's fate in one sentence with its numbers, and the lines that prove it."""
+
+    fate: str  # one of FATES
+    sentence: str  # "failed: rank 1 was killed (exit -9) after step 40"
+    evidence: tuple[Evidence, ...] = ()
+    steps_done: int | None = None
+    steps_skipped: int | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.fate in ERROR_FATES
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fate": self.fate, "error": self.is_error, "sentence": self.sentence,
+                "evidence": [e.to_dict() for e in self.evidence],
+                "steps_done": self.steps_done, "steps_skipped": self.steps_skipped}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One root cause: the symptoms and findings it explains, told once (diagnose/problems.py)."""
+
+    cause: str  # stable id of the cause, e.g. "loss-scale", "gpu-oom", or a rule name for lints
+    severity: str  # the worst severity among its findings (or the verdict's, for a bare symptom)
+    what: str  # what happened: one sentence with the numbers
+    evidence: tuple[Evidence, ...] = ()  # at most three lines, none shown by an earlier problem
+    why: tuple[str, ...] = ()  # the cross-checks: the lead finding's reasoning
+    fix: str = ""
+    fix_change: dict[str, Any] | None = None  # {"path","old","new"} of the lead finding
+    config_where: str | None = None  # "ds_config.json:25 fp16.initial_scale_power"
+    rules: tuple[str, ...] = ()  # codes of the findings it groups, the lead first
+    symptoms: tuple[str, ...] = ()  # symptom kinds it explains
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cause": self.cause, "severity": self.severity, "what": self.what,
+                "evidence": [e.to_dict() for e in self.evidence], "why": list(self.why),
+                "fix": self.fix, "fix_change": self.fix_change, "config": self.config_where,
+                "rules": list(self.rules), "symptoms": list(self.symptoms)}
+
+
+@dataclass(frozen=True)
 class FileSummary:
     path: str
     lines: int
@@ -192,9 +238,14 @@ class Report:
     facts: tuple[Fact, ...] = ()
     inputs: dict[str, Any] = field(default_factory=dict)  # configs/model/env/scripts used, engine
     notes: tuple[str, ...] = ()  # e.g. "no --env given: CPU RAM rules used the log only"
+    verdict: Verdict | None = None  # None only for a report built without the diagnosis step
+    problems: tuple[Problem, ...] = ()  # findings and symptoms grouped by cause, worst first
 
     @property
     def exit_code(self) -> int:
+        """1 when the run failed, hung or is not learning, or an error finding (a config lint)."""
+        if self.verdict is not None and self.verdict.is_error:
+            return 1
         return 1 if any(f.severity == "error" for f in self.findings) else 0
 
     def symptom(self, kind: str) -> Symptom | None:
@@ -206,10 +257,12 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
+            "verdict": self.verdict.to_dict() if self.verdict is not None else None,
             "files": [asdict(f) for f in self.files],
             "inputs": self.inputs,
             "symptoms": [s.to_dict() for s in self.symptoms],
             "findings": [f.to_dict() for f in self.findings],
+            "problems": [p.to_dict() for p in self.problems],
             "timeline": [p.to_dict() for p in self.timeline],
             "facts": [
                 {"name": f.name, "values": f.values, "evidence": f.evidence.to_dict()}

@@ -9,8 +9,10 @@ A scenario folder holds ``*.log`` / ``*.log.gz`` (the logs), ``ds_config*.json``
 ``accelerate*.yaml`` (configs), optionally ``model_config.json`` and ``env.json``, and
 ``expected.json``: ``{"symptoms": [...], "rules": [...], "must_not": [...]}`` plus, optionally,
 ``"max_severity"`` (the worst finding severity a correct analysis may report, e.g. ``"info"`` for a
-healthy-but-noisy run), ``"must_not_rules"`` (rule codes that would be wrong diagnoses) and
-``"scripts"`` (training scripts, relative to the repository, to pass with ``--script``).
+healthy-but-noisy run), ``"must_not_rules"`` (rule codes that would be wrong diagnoses),
+``"scripts"`` (training scripts, relative to the repository, to pass with ``--script``) and
+``"fate"`` (the run's verdict: failed, hung, not-learning, recovered or healthy; failed, hung and
+not-learning must exit 1, healthy and recovered 0 unless a finding is an error).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Expected:
     max_severity: str | None = None
     scripts: tuple[str, ...] = ()
     must_not_rules: tuple[str, ...] = ()
+    fate: str | None = None
 
     @classmethod
     def load(cls, folder: Path) -> Expected:
@@ -47,7 +50,7 @@ class Expected:
         d = json.loads((folder / "expected.json").read_text(encoding="utf-8"))
         return cls(tuple(d.get("symptoms", ())), tuple(d.get("rules", ())),
                    tuple(d.get("must_not", ())), d.get("max_severity"), tuple(d.get("scripts", ())),
-                   tuple(d.get("must_not_rules", ())))
+                   tuple(d.get("must_not_rules", ())), d.get("fate"))
 
 
 def scenarios(root: Path = SAMPLE_LOGS) -> list[str]:
@@ -116,8 +119,22 @@ def run_analyze(folder: Path, fmt: str = "json") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def problems(report: dict[str, Any], expected: Expected) -> list[str]:
-    """What the report gets wrong against ``expected`` (empty list: all good)."""
+ERROR_FATES = ("failed", "hung", "not-learning")
+
+
+def expected_exit(report: dict[str, Any], fate: str) -> int:
+    """The exit code a run of this fate must give: 1 for failed/hung/not-learning; otherwise 0
+    unless a finding is an error (a config lint on a healthy run still fails the check)."""
+    if fate in ERROR_FATES:
+        return 1
+    return 1 if any(f.get("severity") == "error" for f in report.get("findings", [])) else 0
+
+
+def problems(report: dict[str, Any], expected: Expected, exit_code: int | None = None) -> list[str]:
+    """What the report gets wrong against ``expected`` (empty list: all good).
+
+    ``exit_code``: the analysis' exit code, checked against the expected fate when both are known.
+    """
     kinds = {s["kind"] for s in report.get("symptoms", [])}
     rules = {f["rule"] for f in report.get("findings", [])}
     out = [f"symptom {k!r} not reported" for k in expected.symptoms if k not in kinds]
@@ -128,6 +145,12 @@ def problems(report: dict[str, Any], expected: Expected) -> list[str]:
         limit = SEVERITY_RANK[expected.max_severity]
         out += [f"finding {f['rule']} has severity {f['severity']} > {expected.max_severity}"
                 for f in report.get("findings", []) if SEVERITY_RANK.get(f["severity"], 2) > limit]
+    if expected.fate:
+        got = (report.get("verdict") or {}).get("fate")
+        if got != expected.fate:
+            out.append(f"verdict {got!r}, expected {expected.fate!r}")
+        if exit_code is not None and exit_code != expected_exit(report, expected.fate):
+            out.append(f"exit code {exit_code} for a {expected.fate} run")
     return out
 
 
@@ -146,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{folder.name}: analyze failed: {err.strip()}")
             bad += 1
             continue
-        found = problems(json.loads(out), Expected.load(folder))
+        found = problems(json.loads(out), Expected.load(folder), code)
         bad += bool(found)
         print(f"{folder.name}: " + ("ok" if not found else "; ".join(found)))
     return 1 if bad else 0

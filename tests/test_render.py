@@ -10,10 +10,15 @@ from dsdoctor.render.analysis import render_markdown, render_text
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "cpu_offload_oom_killed"
 
 
+def _unwrapped(text: str) -> str:
+    """The text with rich's line wrapping undone (the inputs are one wrapped paragraph)."""
+    return " ".join(text.split())
+
+
 def test_text_and_markdown_name_the_environment_used():
     with_env = run_analysis([str(SAMPLE / "train.log")], configs=[str(SAMPLE / "ds_config.json")],
                             env=str(SAMPLE / "env.json"))
-    text = render_text(with_env, color=False)
+    text = _unwrapped(render_text(with_env, color=False, width=400))
     assert f"environment: {SAMPLE / 'env.json'}" in text
     assert f"config: {SAMPLE / 'ds_config.json'}" in text
     assert "DeepSpeed release linted against: 0.19.8 (from env)" in text
@@ -22,6 +27,6 @@ def test_text_and_markdown_name_the_environment_used():
 
 def test_missing_environment_says_which_flag_supplies_it():
     without = run_analysis([str(SAMPLE / "train.log")])
-    text = render_text(without, color=False)
+    text = _unwrapped(render_text(without, color=False))
     assert "environment: not given (--env FILE" in text
     assert "config: rebuilt from the log" in text or "config:" not in text

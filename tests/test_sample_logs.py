@@ -1,7 +1,8 @@
 """The committed sample_logs (real DeepSpeed runs) against ``dsdoctor analyze``.
 
 For each scenario folder: every symptom kind and rule code in its ``expected.json`` is reported, no
-``must_not`` kind is, no finding is worse than ``max_severity``; and the text, JSON and Markdown
+``must_not`` kind is, no finding is worse than ``max_severity``, the verdict is its ``fate`` and
+the exit code follows (failed/hung/not-learning: 1); and the text, JSON and Markdown
 renderings match ``tests/golden/<scenario>.{txt,json,md}`` (refresh with ``pytest --update-golden``
 and review the diff). One test case per expected item, so a failure names exactly what is missing.
 """
@@ -50,6 +51,8 @@ def _cases() -> list:
         if exp.max_severity:
             cases.append(pytest.param(s, "max_severity", exp.max_severity,
                                       id=f"{s}-max_severity-{exp.max_severity}"))
+        if exp.fate:
+            cases.append(pytest.param(s, "fate", exp.fate, id=f"{s}-fate-{exp.fate}"))
     return cases
 
 
@@ -89,6 +92,11 @@ def test_analyze_finds_what_expected_says(scenario: str, what: str, item: str) -
         assert item in rules, f"{scenario}: rule {item} not reported (got {sorted(rules)})"
     elif what == "must_not_rule":
         assert item not in rules, f"{scenario}: wrong diagnosis {item}: {rules[item]['title']}"
+    elif what == "fate":
+        code, _out, _err = analyzed(scenario)
+        assert rep["verdict"]["fate"] == item, f"{scenario}: {rep['verdict']['sentence']}"
+        want = sample_check.expected_exit(rep, item)
+        assert code == want, f"{scenario}: exit {code} for a {item} run (want {want})"
     elif what == "must_not":
         assert item not in kinds, f"{scenario}: false positive {item!r}: " + json.dumps(
             next(s for s in rep["symptoms"] if s["kind"] == item)["first"])
@@ -155,3 +163,7 @@ def test_checker_flags_every_kind_of_miss() -> None:
     assert sample_check.problems(bad, exp) == [
         "symptom 'hang' not reported", "rule DS107 not reported", "false positive symptom 'cpu-oom'",
         "wrong diagnosis DS106", "finding DS106 has severity error > warning"]
+    hung = sample_check.Expected(symptoms=(), rules=(), must_not=(), fate="hung")
+    assert sample_check.problems({"verdict": {"fate": "hung"}}, hung, exit_code=1) == []
+    assert sample_check.problems({"verdict": {"fate": "healthy"}}, hung, exit_code=0) == [
+        "verdict 'healthy', expected 'hung'", "exit code 0 for a hung run"]

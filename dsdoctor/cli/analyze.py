@@ -17,7 +17,9 @@ EPILOG = """examples:
   dsdoctor analyze --config ds_config.json          (pre-flight check, no log)
   kubectl logs trainer-0 | dsdoctor analyze - --format markdown
 
-exit codes: 0 no error finding, 1 error findings, 2 bad usage or unreadable input"""
+exit codes: 0 the run is healthy or recovered (or no log) and no finding is an error,
+            1 the run failed, hung or is not learning, or an error finding (e.g. a config lint),
+            2 bad usage or unreadable input"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         written = fixout.write_fixed(args, report)
         if written:
             print(f"dsdoctor: wrote fixed config to {written}", file=sys.stderr)
-    text = render(report, args.format, color=_use_color(args))
+    text = render(report, args.format, color=_use_color(args),
+                  verbose=getattr(args, "verbose", False))
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:

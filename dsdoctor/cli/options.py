@@ -21,3 +21,6 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="DeepSpeed release to lint the config against (default: from env/log)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="prefilter engine (default: hyperscan when installed, else pure Python)")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="text/Markdown: also print every finding and symptom in full (JSON "
+                   "always has them)")

@@ -1,13 +1,24 @@
-"""Renderers: a Report in, text (rich), JSON or Markdown out. They never query the machine."""
+"""Renderers: a Report in, text (rich), JSON or Markdown out. They never query the machine.
+
+This module holds JSON and what the text (render/text.py) and Markdown (render/markdown.py)
+renderers share. Renderers only render: the verdict and the grouping of findings into problems
+are decided in diagnose/ before a report reaches them.
+"""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from typing import Any
 
-from dsdoctor.model import Evidence, Report, Symptom, TimelinePoint, json_number
+from dsdoctor.model import (
+    Evidence,
+    Problem,
+    Report,
+    Symptom,
+    TimelinePoint,
+    json_number,
+)
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 EVIDENCE_IN_TEXT = 3
@@ -95,8 +106,7 @@ def inputs_summary(report: Report) -> list[str]:
     elif ds.get("source"):
         out.append(f"config: rebuilt from the log ({ds['source']})")
     out.append(f"environment: {inp['env']}" if inp.get("env")
-               else "environment: not given (--env FILE from 'dsdoctor env --format json', "
-                    "or --env local)")
+               else "environment: not given (--env FILE from 'dsdoctor env', or --env local)")
     if inp.get("model"):
         out.append(f"model: {inp['model']}")
     if inp.get("scripts"):
@@ -134,109 +144,69 @@ def short_names(report: Report) -> dict[str, str]:
     return {p: p for p in paths}
 
 
-# --- text (rich) -------------------------------------------------------------------------------
+def change_text(change: dict[str, Any] | None) -> str:
+    """An exact config change, ``fp16.initial_scale_power: 16 → 32``, from a fix_change."""
+    if not change or not change.get("path"):
+        return ""
+    op, path = change.get("op", "set"), change["path"]
+    if op == "rename":
+        return f"rename {path} → {change.get('new_path')}"
+    if op == "delete":
+        return f"delete {path} (now {json.dumps(change.get('old'))})"
+    return f"{path}: {json.dumps(change.get('old'))} → {json.dumps(change.get('new'))}"
 
-def render_text(report: Report, color: bool = True, width: int | None = None) -> str:
-    # rich is imported here, not at module level: JSON and Markdown output do not need it
-    from rich.console import Console  # noqa: PLC0415
-    from rich.padding import Padding  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
 
-    buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, width=width or 110,
-                      highlight=False, soft_wrap=False)
-    names = short_names(report)
+def problem_heading(i: int, total: int, p: Problem) -> str:
+    """``problem 1 of 2 · error · loss-scale · DS102, DS103``."""
+    rules = f" · {', '.join(p.rules)}" if p.rules else ""
+    return f"problem {i} of {total} · {p.severity} · {p.cause}{rules}"
 
-    def loc(ev: Evidence) -> str:
-        return f"{names.get(ev.file, ev.file)}:{ev.line}"
 
-    def evidence(ev: Evidence, indent: int) -> None:
-        line = Text(" " * indent + "▸ ", style="dim")
-        line.append(_ev_line(ev, names.get(ev.file)), style="dim")
-        console.print(line, overflow="ellipsis", no_wrap=True)
+def verdict_line(report: Report) -> tuple[str, str]:
+    """(fate in capitals, the rest of the verdict sentence) for the first line of the output."""
+    v = report.verdict
+    if v is None:
+        return "UNKNOWN", "no verdict (the report was built without the diagnosis step)"
+    rest = v.sentence.split(": ", 1)[1] if ": " in v.sentence else v.sentence
+    return v.fate.upper(), rest
 
-    def para(text: Text | str, indent: int = 8) -> None:
-        console.print(Padding(text if isinstance(text, Text) else Text(text), (0, 0, 0, indent),
-                              expand=False))
 
-    nlines = sum(f.lines for f in report.files)
-    head = Text()
-    head.append("dsdoctor analyze", style="bold")
-    if report.files:
-        shown = ", ".join(f.path for f in report.files[:3])
-        more = f" and {len(report.files) - 3} more" if len(report.files) > 3 else ""
-        head.append(f" — {shown}{more}: {nlines:,} lines")
-    else:
-        head.append(" — pre-flight check (no log)")
-    console.print(head)
-    for line in inputs_summary(report):
-        console.print(Text(line, style="dim"))
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 and word != 'info' else ''}"
 
-    if report.findings:
-        console.print()
-        console.print(Text("Findings", style="bold underline"))
-        for f in report.findings:
-            line = Text()
-            line.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
-            line.append(f"{f.rule} ", style="bold")
-            line.append(f"{f.name}", style="magenta")
-            line.append(f"  {f.title}")
-            console.print(line)
-            if f.message:
-                para(f.message)
-            if f.config_path:
-                para(Text(f"config: {_config_where(f)} {f.config_path}", style="dim"))
-            if f.fix:
-                fix = Text("fix: ", style="bold green")
-                fix.append(f.fix)
-                para(fix)
-            for ev in f.evidence[:EVIDENCE_IN_TEXT]:
-                evidence(ev, 8)
-    console.print()
-    if report.symptoms:
-        table = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
-        table.add_column("symptom")
-        table.add_column("count", justify="right")
-        table.add_column("first")
-        table.add_column("last")
-        table.add_column("ranks")
-        for s in report.symptoms:
-            table.add_row(s.kind, str(s.count), loc(s.first), loc(s.last), _ranks(s.ranks))
-        console.print(Text("Symptoms", style="bold underline"))
-        console.print(table)
-        console.print()
-        for s in report.symptoms:
-            line = Text(f"{s.kind}", style="bold")
-            summary = symptom_values_summary(s)
-            if summary:
-                line.append(f"  {summary}", style="")
-            console.print(line)
-            for ev in s.evidence[:EVIDENCE_IN_TEXT]:
-                evidence(ev, 2)
-    elif report.files:
-        console.print(Text("No failure symptoms found in the log.", style="green"))
-    tl = timeline_summary(report.timeline)
-    if tl:
-        console.print()
-        console.print(Text(f"Timeline: {tl}"))
-    if report.notes:
-        console.print()
-    for note in report.notes:
-        console.print(Text(f"note: {note}", style="dim"))
-    c = _counts(report)
-    console.print()
-    summary = Text()
-    summary.append(f"{c['error']} error{'s' if c['error'] != 1 else ''}",
-                   style="bold red" if c["error"] else "")
-    summary.append(f", {c['warning']} warning{'s' if c['warning'] != 1 else ''}")
-    summary.append(f", {c['info']} info; {len(report.symptoms)} symptom kind"
-                   f"{'s' if len(report.symptoms) != 1 else ''}")
-    console.print(summary)
-    if report.findings:
-        console.print(Text("Explain a rule: dsdoctor rules CODE", style="dim"))
-    # rich pads wrapped paragraphs to their width; trailing blanks only get in the way of diffs
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+def summary_counts(report: Report) -> str:
+    """``1 problem (1 error) from 2 findings (2 errors) and 5 symptom kinds``."""
+    def by_severity(items) -> str:
+        c: dict[str, int] = {}
+        for item in items:
+            c[item.severity] = c.get(item.severity, 0) + 1
+        parts = [_plural(c[sev], sev) for sev in ("error", "warning", "info") if c.get(sev)]
+        return f" ({', '.join(parts)})" if parts else ""
+
+    return (f"{_plural(len(report.problems), 'problem')}{by_severity(report.problems)} from "
+            f"{_plural(len(report.findings), 'finding')}{by_severity(report.findings)} and "
+            f"{_plural(len(report.symptoms), 'symptom kind')}")
+
+
+def ev_line(ev: Evidence, name: str | None = None) -> str:
+    """``train.log:246 [rank 0]: text`` (the public name of _ev_line)."""
+    return _ev_line(ev, name)
+
+
+def config_where(f) -> str:
+    """``file:line`` of a finding's config key (the public name of _config_where)."""
+    return _config_where(f)
+
+
+def counts(report: Report) -> dict[str, int]:
+    """Findings per severity."""
+    return _counts(report)
+
+
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    """``0,1`` or ``0,1,2,3,4,… (8)`` or ``-``."""
+    return _ranks(ranks)
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
@@ -247,85 +217,25 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     return ",".join(map(str, ranks))
 
 
-# --- markdown ----------------------------------------------------------------------------------
+def render_text(report: Report, color: bool = True, width: int | None = None,
+                verbose: bool = False) -> str:
+    from dsdoctor.render import text  # noqa: PLC0415 - rich is imported only for text output
 
-def _md_cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
-def render_markdown(report: Report) -> str:
-    out: list[str] = []
-    c = _counts(report)
-    nlines = sum(f.lines for f in report.files)
-    out.append("## dsdoctor analysis")
-    out.append("")
-    if report.files:
-        names = ", ".join(f"`{f.path}`" for f in report.files)
-        out.append(f"{len(report.files)} log file(s) ({names}), {nlines:,} lines. "
-                   f"**{c['error']} error(s), {c['warning']} warning(s), {c['info']} info.**")
-    else:
-        out.append(f"Pre-flight check (no log). **{c['error']} error(s), {c['warning']} "
-                   f"warning(s), {c['info']} info.**")
-    out.append("")
-    inputs = inputs_summary(report)
-    if inputs:
-        out.append("Inputs: " + "; ".join(inputs) + ".")
-        out.append("")
-    if report.findings:
-        out.append("### Findings")
-        out.append("")
-        for f in report.findings:
-            out.append(f"- **{f.severity}** `{f.rule}` {f.name}: {f.title}")
-            if f.message:
-                out.append(f"  - {f.message}")
-            if f.config_path:
-                out.append(f"  - config: `{_config_where(f)}` `{f.config_path}`")
-            if f.fix:
-                out.append(f"  - fix: {f.fix}")
-            if f.evidence:
-                out.append("")
-                out.append("  ```text")
-                for ev in f.evidence[:EVIDENCE_IN_TEXT]:
-                    out.append(f"  {_ev_line(ev)}")
-                out.append("  ```")
-        out.append("")
-    if report.symptoms:
-        out.append("### Symptoms")
-        out.append("")
-        out.append("| symptom | count | first | last | ranks | values |")
-        out.append("| --- | ---: | --- | --- | --- | --- |")
-        for s in report.symptoms:
-            out.append(f"| {s.kind} | {s.count} | `{s.first.location}` | `{s.last.location}` | "
-                       f"{_ranks(s.ranks)} | {_md_cell(symptom_values_summary(s))} |")
-        out.append("")
-        out.append("<details><summary>Evidence</summary>")
-        out.append("")
-        out.append("```text")
-        for s in report.symptoms:
-            out.append(f"# {s.kind}")
-            for ev in s.evidence[:EVIDENCE_IN_TEXT]:
-                out.append(_ev_line(ev))
-        out.append("```")
-        out.append("")
-        out.append("</details>")
-        out.append("")
-    elif report.files:
-        out.append("No failure symptoms found in the log.")
-        out.append("")
-    tl = timeline_summary(report.timeline)
-    if tl:
-        out.append(f"Timeline: {tl}.")
-        out.append("")
-    for note in report.notes:
-        out.append(f"> note: {note}")
-    return "\n".join(out).rstrip() + "\n"
+    return text.render_text(report, color=color, width=width, verbose=verbose)
 
 
-def render(report: Report, fmt: str, color: bool = False) -> str:
+def render_markdown(report: Report, verbose: bool = False) -> str:
+    from dsdoctor.render import markdown  # noqa: PLC0415
+
+    return markdown.render_markdown(report, verbose=verbose)
+
+
+def render(report: Report, fmt: str, color: bool = False, verbose: bool = False) -> str:
+    """The report in ``fmt`` (text, json, markdown); JSON always holds every detail."""
     if fmt == "json":
         return render_json(report)
     if fmt == "markdown":
-        return render_markdown(report)
-    return render_text(report, color=color)
+        return render_markdown(report, verbose=verbose)
+    return render_text(report, color=color, verbose=verbose)
 
 

@@ -247,12 +247,13 @@ def env_snapshot(*, ram_total_bytes: int, cpu_count: int,
 
 def write_expected(out: Path, symptoms: list[str], rules: list[str], must_not: list[str], *,
                    max_severity: str | None = None, scripts: list[str] | None = None,
-                   must_not_rules: list[str] | None = None) -> None:
+                   must_not_rules: list[str] | None = None, fate: str | None = None) -> None:
     """``expected.json``: what a correct ``dsdoctor analyze`` must (and must not) report.
 
     ``max_severity``: the worst finding severity allowed (healthy runs); ``scripts``: training
     scripts (relative to the repository) that analyze gets with ``--script``; ``must_not_rules``:
-    rule codes that would be wrong diagnoses of this run.
+    rule codes that would be wrong diagnoses of this run; ``fate``: the verdict a correct analysis
+    gives (failed, hung, not-learning, recovered, healthy), which sets the exit code.
     """
     d: dict[str, Any] = {"symptoms": symptoms, "rules": rules, "must_not": must_not}
     if max_severity:
@@ -261,6 +262,8 @@ def write_expected(out: Path, symptoms: list[str], rules: list[str], must_not: l
         d["must_not_rules"] = must_not_rules
     if scripts:
         d["scripts"] = scripts
+    if fate:
+        d["fate"] = fate
     write_json(out / "expected.json", d)
 
 

@@ -89,7 +89,8 @@ def generate(out: Path) -> c.Outcome:
               "Accelerate did not reject --mixed_precision fp16 against bf16 in the DeepSpeed config")
     c.write_expected(out, symptoms=["config-mismatch"], rules=["DS109"],
                      must_not=["fp16-overflow", "gpu-oom", "cpu-oom", "hang", "op-build-failure"],
-                     must_not_rules=["DS105", "DS106", "DS107"])
+                     must_not_rules=["DS105", "DS106", "DS107"],
+                     fate="failed")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "accelerate launch --mixed_precision fp16 vs bf16 in the DeepSpeed config", """
 A user's Accelerate loop (`Accelerator()`, then `accelerator.prepare(model, optimizer, dataloader)`;

@@ -96,7 +96,8 @@ def generate(out: Path) -> c.Outcome:
     c.require("return code = -9" in log, "the launcher did not report -9")
     c.write_expected(out, symptoms=["cpu-oom"], rules=["DS106", "DS203"],
                      must_not=["gpu-oom", "hang", "fp16-overflow", "nan-loss", "op-build-failure"],
-                     must_not_rules=["DS105", "DS107", "DS113"])
+                     must_not_rules=["DS105", "DS107", "DS113"],
+                     fate="failed")
     outcome = c.Outcome([run])
     k = watchdog.killed
     c.write_readme(out, NAME, "CPU RAM exhausted under ZeRO-3 CPU offload: worker SIGKILLed", f"""

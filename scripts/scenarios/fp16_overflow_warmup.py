@@ -69,7 +69,8 @@ def generate(out: Path) -> c.Outcome:
     c.write_expected(out, symptoms=["fp16-overflow"], rules=[], max_severity="info",
                      must_not=["loss-scale-collapse", "nan-loss", "gpu-oom", "cpu-oom", "hang",
                                "launcher-nonzero-exit", "python-exception"],
-                     must_not_rules=["DS102", "DS103"])
+                     must_not_rules=["DS102", "DS103"],
+                     fate="recovered")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "fp16 overflow burst at the start that recovers", f"""
 A tiny GPT-2 (2 layers, 64 wide, from `model_config.json`, random init) trained from scratch as a

@@ -110,7 +110,8 @@ def generate(out: Path) -> c.Outcome:
     c.write_expected(out, symptoms=[], rules=[], max_severity="warning",
                      must_not=["fp16-overflow", "loss-scale-collapse", "nan-loss", "loss-zero",
                                "gpu-oom", "cpu-oom", "hang", "launcher-nonzero-exit",
-                               "python-exception", "config-mismatch"])
+                               "python-exception", "config-mismatch"],
+                     fate="healthy")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "healthy ZeRO-2 run with the HF Trainer", f"""
 A healthy run: `transformers.Trainer` with its DeepSpeed integration (`TrainingArguments(deepspeed=

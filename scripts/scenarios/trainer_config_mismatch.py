@@ -55,7 +55,8 @@ def generate(out: Path) -> c.Outcome:
     c.write_expected(out, symptoms=["config-mismatch"], rules=["DS109"],
                      must_not=["gpu-oom", "cpu-oom", "hang", "fp16-overflow", "batch-size-mismatch",
                                "op-build-failure"],
-                     must_not_rules=["DS110", "DS105", "DS106"])
+                     must_not_rules=["DS110", "DS105", "DS106"],
+                     fate="failed")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "Trainer arguments vs DeepSpeed config: Transformers rejects them", """
 `transformers.Trainer` (its DeepSpeed integration) with `per_device_train_batch_size=8,

@@ -1,0 +1,247 @@
+"""Root causes, not lists: symptoms and findings grouped by the cause they share.
+
+The fp16 collapse, the NaN loss it produced and the exit it caused are one problem, not three
+findings that quote the same lines; an OOM and the launcher exit it caused are one problem; a
+config lint is its own problem. Each :class:`~dsdoctor.model.Problem` says what happened once (a
+sentence with the numbers), shows at most three evidence lines that no earlier problem showed,
+gives the lead finding's reasoning (why) and its fix as an exact change. Renderers only render
+the problems; the grouping lives here, before rendering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dsdoctor.diagnose.verdict import exception_phrase, exit_phrase
+from dsdoctor.model import Evidence, Finding, Problem, Symptom, Verdict
+
+#: Causes, each with the symptom kinds it explains and the rule names (findings) that explain it.
+#: Order = which cause claims the run's exit when several are present (the likelier killer first).
+CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("hang", ("hang",), ("collective-timeout", "zero3-generate-without-synced-gpus")),
+    ("gpu-oom", ("gpu-oom",), ("gpu-out-of-memory",)),
+    ("cpu-oom", ("cpu-oom",), ("cpu-oom-killed", "offload-exceeds-cpu-ram")),
+    ("op-build", ("op-build-failure",), ("op-build-failure",)),
+    ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion",)),
+    ("offload-client-optimizer", ("offload-client-optimizer",), ("offload-with-client-optimizer",)),
+    ("port-in-use", ("port-in-use",), ("port-in-use",)),
+    ("config-mismatch", ("config-mismatch",), ("trainer-deepspeed-mismatch-in-log",)),
+    ("loss-scale", ("loss-scale-collapse", "fp16-overflow", "nan-loss", "loss-zero"),
+     ("loss-scale-collapse", "nan-loss", "loss-stuck-at-zero", "fp16-overflow-warmup",
+      "bf16-model-in-fp16")),
+)
+#: What a run prints when it ends: it belongs to the cause that ended it.
+EXIT_KINDS = ("python-exception", "launcher-nonzero-exit")
+EXIT_RULES = ("rank-exited-nonzero",)
+#: Causes that end a run by themselves (loss-scale only when the scale collapsed: see _killer).
+FATAL = ("hang", "gpu-oom", "cpu-oom", "op-build", "batch-size", "offload-client-optimizer",
+         "port-in-use")
+EVIDENCE_PER_PROBLEM = 3
+_SEVERITY = {"error": 0, "warning": 1, "info": 2}
+
+
+@dataclass
+class _Group:
+    cause: str
+    symptoms: list[Symptom] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _phrase(s: Symptom) -> str:
+    """A few words with the numbers for one symptom kind."""
+    if s.kind == "fp16-overflow":
+        hi = s.values.get("attempted_scale", {})
+        lo = s.values.get("next_scale", {}) or hi
+        if isinstance(hi, dict) and isinstance(lo, dict) and "max" in hi and "min" in lo:
+            return f"{s.count} fp16 overflow(s), scale {_n(hi['max'])} → {_n(lo['min'])}"
+        return f"{s.count} fp16 overflow(s)"
+    if s.kind == "launcher-nonzero-exit":
+        code = exit_phrase(s)
+        return f"the launcher reported the exit ({code})" if code else "a rank exited non-zero"
+    if s.kind == "python-exception":
+        return exception_phrase(s)
+    words = {
+        "loss-scale-collapse": "scale at its minimum",
+        "nan-loss": "NaN/inf loss",
+        "loss-zero": "loss exactly 0.0",
+        "gpu-oom": "CUDA out of memory",
+        "cpu-oom": "killed for host RAM",
+        "hang": "collective timeout",
+        "op-build-failure": "op build failure",
+        "config-mismatch": "config rejected or overridden",
+        "batch-size-mismatch": "batch-size assertion",
+        "offload-client-optimizer": "ZeRO-Offload refused the client optimizer",
+        "port-in-use": "port already in use",
+    }
+    where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
+    return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"
+
+
+def _n(v: object) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
+def _cause_of_finding(f: Finding, present: set[str]) -> str:
+    """The cause a finding explains, when that cause's symptoms are in the log; else its own."""
+    for cause, kinds, names in CAUSES:
+        if f.name in names and present & set(kinds):
+            return cause
+    if f.name in EXIT_RULES:
+        return "exit"
+    return f"rule:{f.rule}:{f.name}"
+
+
+def _killer(groups: Mapping[str, _Group]) -> str | None:
+    """The cause that ended the run, to which the exception and exit lines belong."""
+    for cause in FATAL:
+        if cause in groups:
+            return cause
+    ls = groups.get("loss-scale")
+    if ls is not None and ({s.kind for s in ls.symptoms} & {"loss-scale-collapse"}
+                           or any(f.name == "loss-scale-collapse" for f in ls.findings)):
+        return "loss-scale"
+    if "config-mismatch" in groups:
+        return "config-mismatch"
+    return None
+
+
+def _lead(findings: Sequence[Finding]) -> Finding | None:
+    if not findings:
+        return None
+    return min(enumerate(findings), key=lambda t: (_SEVERITY.get(t[1].severity, 9), t[0]))[1]
+
+
+def _pick_evidence(g: _Group, lead: Finding | None, shown: set[tuple[str, int]]
+                   ) -> tuple[Evidence, ...]:
+    """At most three lines none of which an earlier problem showed: one per symptom kind first."""
+    out: list[Evidence] = []
+    # The defining line, then the exit it caused, then the rest: the story in three lines.
+    order = {"launcher-nonzero-exit": 1, "python-exception": 3}
+    ranked = sorted(enumerate(g.symptoms), key=lambda t: (order.get(t[1].kind, 0 if t[0] == 0
+                                                                    else 2), t[0]))
+    pools: list[Iterable[Evidence]] = [s.evidence for _i, s in ranked]
+    if lead is not None:
+        pools.append(lead.evidence)
+    for pool in pools:  # round one: the strongest line of each symptom kind
+        for ev in pool:
+            if (ev.file, ev.line) not in shown:
+                out.append(ev)
+                shown.add((ev.file, ev.line))
+                break
+        if len(out) >= EVIDENCE_PER_PROBLEM:
+            return tuple(out)
+    for pool in pools:  # round two: fill up with the next lines
+        for ev in pool:
+            if len(out) >= EVIDENCE_PER_PROBLEM:
+                return tuple(out)
+            if (ev.file, ev.line) not in shown:
+                out.append(ev)
+                shown.add((ev.file, ev.line))
+    return tuple(out)
+
+
+def _config_where(f: Finding) -> str | None:
+    """``ds_config.json:25 fp16.initial_scale_power``, or the bare key when no file says it."""
+    if not f.config_path:
+        return None
+    if not f.config_file:
+        return f.config_path
+    where = f"{f.config_file}:{f.config_line}" if f.config_line else f.config_file
+    return f"{where} {f.config_path}"
+
+
+def _label(g: _Group) -> str:
+    """The cause's name as printed: the rule name for a lint, what went wrong for numerics."""
+    if g.cause.startswith("rule:"):
+        return g.cause.split(":")[-1]
+    if g.cause == "loss-scale":
+        kinds = {s.kind for s in g.symptoms}
+        if kinds & {"loss-scale-collapse", "fp16-overflow"} or any(
+                f.name in ("loss-scale-collapse", "fp16-overflow-warmup") for f in g.findings):
+            return "loss-scale"
+        return "nan-loss" if "nan-loss" in kinds else "loss-zero" if "loss-zero" in kinds else (
+            "loss-scale")
+    return g.cause
+
+
+def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
+             decides: bool = False) -> Problem:
+    findings = sorted(g.findings, key=lambda f: _SEVERITY.get(f.severity, 9))
+    lead = _lead(findings)
+    fixer = lead if lead is not None and (lead.fix or lead.fix_change) else next(
+        (f for f in findings if f.fix_change), lead)
+    own = [s for s in g.symptoms if s.kind not in EXIT_KINDS]
+    if own:  # the exit belongs to this cause: its exception text is the cause's, say the code only
+        numbers = "; ".join([_phrase(s) for s in own] + [
+            exit_phrase(s) for s in g.symptoms if s.kind == "launcher-nonzero-exit"
+            and exit_phrase(s)])
+    else:
+        numbers = "; ".join(_phrase(s) for s in g.symptoms)
+    if lead is not None:
+        what = f"{lead.title}: {numbers}" if numbers else lead.title
+        severity = lead.severity
+    else:
+        what = numbers[0].upper() + numbers[1:] if numbers else g.cause
+        severity = "warning"
+    if decides and verdict is not None and verdict.is_error and g.symptoms:
+        severity = "error"  # the cause of a failed/hung/not-learning run is an error, whatever
+        # severity the rule's advice carries (DS107 warns: a timeout may be a slow step)
+    why: list[str] = [lead.message] if lead is not None and lead.message else []
+    why += [f"{f.rule} {f.name}: {f.title}" for f in findings if f is not lead]
+    rules: list[str] = []
+    for f in findings:
+        if f.rule not in rules:
+            rules.append(f.rule)
+    return Problem(
+        cause=_label(g),
+        severity=severity, what=what, evidence=_pick_evidence(g, lead, shown), why=tuple(why),
+        fix=fixer.fix if fixer is not None else "",
+        fix_change=fixer.fix_change if fixer is not None else None,
+        config_where=_config_where(fixer) if fixer is not None else None,
+        rules=tuple(rules), symptoms=tuple(s.kind for s in g.symptoms))
+
+
+def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
+          verdict: Verdict | None = None) -> tuple[Problem, ...]:
+    """Problems, the one that decided the verdict first, then by severity; each finding once."""
+    present = {s.kind for s in symptoms}
+    groups: dict[str, _Group] = {}
+    known = {k for _c, kinds, _n in CAUSES for k in kinds} | set(EXIT_KINDS)
+    by_kind = {s.kind: s for s in symptoms}
+    for cause, kinds, _names in CAUSES:
+        for kind in kinds:  # in the cause's order: the defining symptom first
+            if kind in by_kind:
+                groups.setdefault(cause, _Group(cause)).symptoms.append(by_kind[kind])
+    for s in symptoms:  # a kind no cause lists yet is still told, as a problem of its own
+        if s.kind not in known:
+            groups.setdefault(s.kind, _Group(s.kind)).symptoms.append(s)
+    for f in findings:
+        cause = _cause_of_finding(f, present)
+        groups.setdefault(cause, _Group(cause)).findings.append(f)
+    exits = [s for s in symptoms if s.kind in EXIT_KINDS]
+    killer = _killer(groups)
+    target = groups[killer] if killer is not None else groups.setdefault("exit", _Group("exit"))
+    if exits or "exit" in groups:
+        target.symptoms.extend(exits)
+        if killer is not None and "exit" in groups:
+            target.findings.extend(groups.pop("exit").findings)
+    if "exit" in groups and not groups["exit"].symptoms and not groups["exit"].findings:
+        del groups["exit"]
+    first = killer or next((c for c in ("exit", "loss-scale") if c in groups), None)
+    ordered = sorted(groups.values(), key=lambda g: (
+        g.cause != first,
+        min((_SEVERITY.get(f.severity, 9) for f in g.findings), default=0 if g.symptoms else 9)))
+    shown: set[tuple[str, int]] = set()
+    out = [_problem(g, verdict, shown, decides=g.cause == first) for g in ordered]
+    if verdict is not None and verdict.is_error and not any(p.symptoms for p in out):
+        # The verdict rests on the run model alone (e.g. most steps skipped, no overflow line
+        # kept): tell it as the first problem, so that a failed run never shows none.
+        what = verdict.sentence.split(": ", 1)[-1]
+        ev = tuple(e for e in verdict.evidence if (e.file, e.line) not in shown)
+        out.insert(0, Problem(cause=verdict.fate, severity="error", what=what[:1].upper() + what[1:],
+                              evidence=ev[:EVIDENCE_PER_PROBLEM]))
+    return tuple(out)
+
+
+__all__ = ["CAUSES", "group"]

@@ -1,0 +1,298 @@
+"""The run's fate, decided once from the symptoms, the findings and the run model's progress.
+
+A failed run must never come out clean: a CI job that gates on ``dsdoctor analyze``'s exit code
+needs "this run crashed / hung / is not learning" even when no rule had advice to give. The
+verdict is that judgement; :attr:`dsdoctor.model.Report.exit_code` follows it.
+
+Order of precedence (the first that holds decides):
+
+1. ``hung``: a collective timed out (a watchdog usually kills the ranks afterwards; the hang is
+   what happened, the exit is its consequence).
+2. ``failed``: something ended a rank: out of memory (GPU or host), an op that did not build, a
+   fatal config check, a port in use, a launcher exit code, a Python exception that ended a rank.
+3. ``not-learning``: the run goes on but does not train: the fp16 loss scale collapsed, NaN/inf
+   loss, loss stuck at 0.0, or most optimizer steps skipped (``step=2000, skipped=1995``).
+4. ``recovered``: fp16 overflows while the scaler searched, then steps went on.
+5. ``healthy``: a log with no failure symptom; ``unknown``: no log (pre-flight), or overflows up
+   to the end of the log so that nobody can tell yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
+
+#: Signal numbers a launcher reports as negative exit codes, by name.
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+           9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+
+#: Symptoms that end a run on their own, with how the verdict names them. Order = precedence.
+FATAL_CAUSES: tuple[tuple[str, str], ...] = (
+    ("gpu-oom", "ran out of GPU memory"),
+    ("cpu-oom", "was killed for lack of host RAM (SIGKILL / OOM killer)"),
+    ("op-build-failure", "could not build a DeepSpeed op"),
+    ("batch-size-mismatch", "stopped on DeepSpeed's batch-size assertion"),
+    ("offload-client-optimizer", "was refused by ZeRO-Offload (client optimizer)"),
+    ("port-in-use", "could not start: the rendezvous port was already in use"),
+)
+
+#: Most steps skipped, and more skips than any start-up search of the fp16 scaler needs (halving
+#: from 2^32 down to 1 takes 32 skips, plus hysteresis): the run is not learning.
+MAX_WARMUP_SKIPS = 40
+SKIPPED_SHARE_NOT_LEARNING = 0.5
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the run got, as the run model knows it (``ctx.run.steps_done`` / ``steps_skipped``)."""
+
+    steps_done: int | None = None
+    steps_skipped: int | None = None
+    skipped_where: str | None = None  # file:line of the line that states steps_skipped
+
+    def phrase(self) -> str:
+        """`` after step 40 (3 skipped)`` or ``""`` when no step was printed."""
+        if not self.steps_done:  # none printed, or only the engine's step=0 start-up line
+            return ""
+        skipped = f" ({self.steps_skipped} skipped)" if self.steps_skipped else ""
+        return f" after step {self.steps_done}{skipped}"
+
+    @property
+    def mostly_skipped(self) -> bool:
+        done, skipped = self.steps_done, self.steps_skipped
+        return (done is not None and skipped is not None and skipped > MAX_WARMUP_SKIPS
+                and skipped >= SKIPPED_SHARE_NOT_LEARNING * done)
+
+
+def _num(values: dict, name: str, which: str) -> float | None:
+    v = values.get(name)
+    if isinstance(v, dict) and isinstance(v.get(which), (int, float)):
+        return v[which]
+    return None
+
+
+def exit_phrase(s: Symptom) -> str:
+    """``exit -11, SIGSEGV`` from a launcher-nonzero-exit (or cpu-oom) symptom's values."""
+    code = _num(s.values, "exit_code", "min")
+    if code is not None and code > 0:
+        code = _num(s.values, "exit_code", "first")
+    sig = _num(s.values, "signal_num", "first")
+    if sig is None and code is not None and code < 0:
+        sig = -code
+    parts = []
+    if code is not None:
+        parts.append(f"exit {int(code)}")
+    if sig is not None:
+        parts.append(SIGNALS.get(int(sig), f"signal {int(sig)}"))
+    return ", ".join(parts)
+
+
+def _gib(n: float) -> str:
+    """Bytes as the OOM message prints them: ``3.39 GiB``, ``978.00 MiB``."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def oom_numbers(s: Symptom) -> str:
+    """``GPU 1: tried to allocate 3.39 GiB, 2.40 GiB free of 79.32 GiB`` from a gpu-oom symptom."""
+    tried = _num(s.values, "tried_bytes", "max")
+    free = _num(s.values, "free_bytes", "min")
+    total = _num(s.values, "total_bytes", "max")
+    gpu = _num(s.values, "gpu", "first")
+    parts = []
+    if tried is not None:
+        parts.append(f"tried to allocate {_gib(tried)}")
+    if free is not None and total is not None:
+        parts.append(f"{_gib(free)} free of {_gib(total)}")
+    elif total is not None:
+        parts.append(f"{_gib(total)} total")
+    head = f"GPU {int(gpu)}: " if gpu is not None and parts else ""
+    return head + ", ".join(parts)
+
+
+def hang_phrase(s: Symptom) -> str:
+    """``an ALLREDUCE (SeqNum 808) timed out after 600 s`` from a hang symptom's values."""
+    ops = s.values.get("op") or []
+    what = f"an {ops[0]}" if ops and ops[0][:1] in "AEIOU_" else f"a {ops[0]}" if ops else (
+        "a collective")
+    seq = _num(s.values, "seq", "first")
+    if ops and seq is not None:
+        what += f" (SeqNum {int(seq)})"
+    timeout = _num(s.values, "timeout_ms", "max")
+    stuck = _num(s.values, "stuck_s", "max")
+    if timeout is not None:
+        return f"{what} timed out after {_fmt(timeout / 1000)} s"
+    if stuck is not None:
+        return f"{what} was stuck for {_fmt(stuck)} s"
+    return f"{what} timed out"
+
+
+def exception_phrase(s: Symptom) -> str:
+    """``Exception: Current loss scale already at minimum ...`` (cut to stay one line)."""
+    types = s.values.get("exc_type") or []
+    messages = s.values.get("message") or []
+    exc = types[0] if types else "an exception"
+    msg = messages[0] if messages else ""
+    text = f"{exc}: {msg}" if msg else exc
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def _ranks(s: Symptom) -> str:
+    if not s.ranks:
+        return ""
+    if len(s.ranks) == 1:
+        return f"rank {s.ranks[0]} "
+    return f"{len(s.ranks)} ranks "
+
+
+def _evidence(*symptoms: Symptom | None) -> tuple[Evidence, ...]:
+    out: list[Evidence] = []
+    for s in symptoms:
+        if s is not None and s.evidence and s.evidence[0] not in out:
+            out.append(s.evidence[0])
+    return tuple(out[:3])
+
+
+def _last_line(s: Symptom) -> tuple[str, int]:
+    return (s.last.file, s.last.line)
+
+
+def _steps_after(points: Sequence[TimelinePoint], where: tuple[str, int]) -> bool:
+    """True when the run printed progress after ``where`` (file, line) in the same file."""
+    return any(p.file == where[0] and p.line > where[1] and (p.step is not None or p.loss is not None)
+               for p in points)
+
+
+def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
+           findings: Iterable[Finding], progress: Progress, has_log: bool) -> Verdict:
+    """The verdict of one analysis (see the module docstring for the order of precedence)."""
+    findings = list(findings)
+    names = {f.name for f in findings}
+    get = symptoms.get
+    exit_sym, exc_sym = get("launcher-nonzero-exit"), get("python-exception")
+    ended = exit_sym or exc_sym
+    ending = ""
+    if exit_sym is not None:
+        ending = f"({exit_phrase(exit_sym)})" if exit_phrase(exit_sym) else "(non-zero exit)"
+    steps = progress.phrase()
+
+    def verdict(fate: str, text: str, *ev: Symptom | None) -> Verdict:
+        return Verdict(fate, f"{fate}: {text}", _evidence(*ev), progress.steps_done,
+                       progress.steps_skipped)
+
+    if not has_log:
+        return verdict("unknown", "pre-flight check (no log): the run's fate is not known")
+
+    hang = get("hang")
+    if hang is not None:
+        tail = f", then the ranks were stopped {ending}" if ending else ""
+        where = f" on {_ranks(hang).strip()}" if hang.ranks else ""
+        return verdict("hung", f"{hang_phrase(hang)}{where} ({hang.count} watchdog/timeout "
+                       f"line(s), first at line {hang.first.line}){steps}{tail}", hang, exit_sym)
+
+    for kind, what in FATAL_CAUSES:
+        s = get(kind)
+        if s is None:
+            continue
+        code = exit_phrase(s) if kind == "cpu-oom" else oom_numbers(s) if kind == "gpu-oom" else ""
+        detail = f" ({code})" if code else ""
+        tail = f" {ending}" if ending and kind != "cpu-oom" else ""
+        who = _ranks(s) or "the run "
+        return verdict("failed", f"{who}{what}{detail}{steps}{tail}".strip(), s, exit_sym)
+
+    collapse = get("loss-scale-collapse")
+    collapsed = collapse is not None or "loss-scale-collapse" in names
+    if ended is not None:
+        if collapsed:
+            cause = "the fp16 loss scale collapsed and the run stopped"
+        elif get("config-mismatch") is not None:
+            cause = "the config was rejected (Trainer/Accelerate vs DeepSpeed) and the run stopped"
+        elif exc_sym is not None:
+            cause = f"{_ranks(exc_sym) or 'a rank '}died on {exception_phrase(exc_sym)}"
+        else:
+            sig = _num(exit_sym.values, "signal_num", "first") if exit_sym is not None else None
+            exit_code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
+            if sig is None and exit_code is not None and exit_code < 0:
+                sig = -exit_code
+            cause = (f"a rank was killed by {SIGNALS.get(int(sig), f'signal {int(sig)}')}"
+                     if sig is not None else "a rank exited non-zero")
+            if sig is not None and exit_code is not None:
+                ending = f"(exit {int(exit_code)})"  # the signal is named already
+        tail = f" {ending}" if ending else ""
+        return verdict("failed", f"{cause}{steps}{tail}", collapse or get("config-mismatch")
+                       or exc_sym, exit_sym)
+
+    reasons: list[str] = []
+    ev: list[Symptom | None] = []
+    if collapsed:
+        scale = _scale_phrase(get("fp16-overflow"))
+        reasons.append(f"the fp16 loss scale collapsed{scale}")
+        ev += [collapse, get("fp16-overflow")]
+    if progress.mostly_skipped:
+        where = f" ({progress.skipped_where})" if progress.skipped_where else ""
+        reasons.append(f"{progress.steps_skipped} of {progress.steps_done} steps were "
+                       f"skipped{where}")
+    nan = get("nan-loss")
+    if nan is not None:
+        reasons.append(f"the loss or grad norm became NaN/inf ({nan.count} time(s), first at line "
+                       f"{nan.first.line})")
+        ev.append(nan)
+    zero = get("loss-zero")
+    if zero is not None:
+        reasons.append(f"the loss is exactly 0.0 ({zero.count} logged step(s) from line "
+                       f"{zero.first.line})")
+        ev.append(zero)
+    if reasons:
+        where = steps if not progress.mostly_skipped else ""
+        return verdict("not-learning", "; ".join(reasons) + where, *ev)
+
+    overflow = get("fp16-overflow")
+    if overflow is not None:
+        scale = _scale_phrase(overflow)
+        if _steps_after(timeline, _last_line(overflow)):
+            return verdict("recovered", f"{overflow.count} fp16 overflow(s) while the loss scaler "
+                           f"searched{scale}, then training went on{steps}", overflow)
+        return verdict("unknown", f"{overflow.count} fp16 overflow(s){scale} and no step printed "
+                       f"after the last one (line {overflow.last.line}): the log does not show "
+                       "yet whether the scaler settled", overflow)
+    judged = {k for k, _w in FATAL_CAUSES} | {
+        "hang", "launcher-nonzero-exit", "python-exception", "loss-scale-collapse", "nan-loss",
+        "loss-zero", "fp16-overflow", "config-mismatch"}
+    unjudged = sorted(k for k in symptoms if k not in judged)
+    if unjudged:  # a kind added to the formats after this module: never call that run healthy
+        return verdict("unknown", f"the log shows {', '.join(unjudged)}, which the verdict does "
+                       "not judge yet", *(symptoms[k] for k in unjudged))
+    trend = _loss_trend(timeline)
+    if steps or trend:
+        return verdict("healthy", f"no failure symptom in the log{steps}{trend}")
+    return verdict("healthy", "no failure symptom in the log (no step lines to judge progress)")
+
+
+def _loss_trend(points: Sequence[TimelinePoint]) -> str:
+    """``; loss 4.642 → 1.172 over 30 logged points`` (finite losses only), or ``""``."""
+    losses = [p.loss for p in points if p.loss is not None and p.loss == p.loss
+              and abs(p.loss) != float("inf")]
+    if len(losses) < 2:
+        return ""
+    return f"; loss {losses[0]:g} → {losses[-1]:g} over {len(losses)} logged points"
+
+
+def _scale_phrase(overflow: Symptom | None) -> str:
+    """`` (scale 65536 → 1)`` from the overflow symptom's attempted/next scales."""
+    if overflow is None:
+        return ""
+    hi = _num(overflow.values, "attempted_scale", "max")
+    lo = _num(overflow.values, "next_scale", "min")
+    if lo is None:
+        lo = _num(overflow.values, "attempted_scale", "min")
+    if hi is None or lo is None or hi == lo:
+        return ""
+    return f" (scale {_fmt(hi)} → {_fmt(lo)})"
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+__all__ = ["FATAL_CAUSES", "SIGNALS", "Progress", "decide", "exception_phrase", "exit_phrase"]

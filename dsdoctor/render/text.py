@@ -1,0 +1,172 @@
+"""The text (rich) rendering of a Report: the verdict first, then each problem once.
+
+Default output: the verdict line, what the analysis used, each problem (what happened, at most
+three evidence lines, why, the fix and the exact change), the timeline, notes, one summary line.
+No evidence line is printed twice. ``verbose`` adds every finding and every symptom in full.
+"""
+
+from __future__ import annotations
+
+import io
+
+from dsdoctor.model import Evidence, Problem, Report
+from dsdoctor.render.analysis import (
+    EVIDENCE_IN_TEXT,
+    SEVERITY_STYLE,
+    change_text,
+    config_where,
+    ev_line,
+    inputs_summary,
+    problem_heading,
+    ranks_text,
+    short_names,
+    summary_counts,
+    symptom_values_summary,
+    timeline_summary,
+    verdict_line,
+)
+
+FATE_STYLE = {"FAILED": "bold red", "HUNG": "bold red", "NOT-LEARNING": "bold red",
+              "RECOVERED": "bold green", "HEALTHY": "bold green", "UNKNOWN": "bold yellow"}
+WIDTH = 100
+
+
+class _Printer:
+    """The rich console of one rendering, with the few shapes the text output uses."""
+
+    def __init__(self, report: Report, color: bool, width: int) -> None:
+        from rich.console import Console  # noqa: PLC0415 - rich only for text output
+
+        self.buf = io.StringIO()
+        self.console = Console(file=self.buf, force_terminal=color, no_color=not color,
+                               width=width, highlight=False, soft_wrap=False)
+        self.names = short_names(report)
+
+    def line(self, text: str = "", style: str = "") -> None:
+        from rich.text import Text  # noqa: PLC0415
+
+        self.console.print(Text(text, style=style) if text else "")
+
+    def styled(self, parts: list[tuple[str, str]]) -> None:
+        """One line (wrapped if long) made of (text, style) parts."""
+        from rich.text import Text  # noqa: PLC0415
+
+        t = Text()
+        for text, style in parts:
+            t.append(text, style=style)
+        self.console.print(t)
+
+    def evidence(self, ev: Evidence, indent: int) -> None:
+        """``▸ train.log:246 [rank 0]: text``, cut at the width: evidence never wraps."""
+        from rich.text import Text  # noqa: PLC0415
+
+        t = Text(" " * indent + "▸ ", style="dim")
+        t.append(ev_line(ev, self.names.get(ev.file)), style="dim")
+        self.console.print(t, overflow="ellipsis", no_wrap=True)
+
+    def para(self, body: str, indent: int = 2, label: str = "", style: str = "bold",
+             body_style: str = "") -> None:
+        """An indented paragraph, optionally ``label: body``."""
+        from rich.padding import Padding  # noqa: PLC0415
+        from rich.text import Text  # noqa: PLC0415
+
+        t = Text(f"{label}: ", style=style) if label else Text()
+        t.append(body, style=body_style)
+        self.console.print(Padding(t, (0, 0, 0, indent), expand=False))
+
+    def text(self) -> str:
+        # rich pads wrapped paragraphs to their width; trailing blanks only get in the way of diffs
+        return "\n".join(line.rstrip() for line in self.buf.getvalue().splitlines()) + "\n"
+
+
+def render_text(report: Report, color: bool = True, width: int | None = None,
+                verbose: bool = False) -> str:
+    out = _Printer(report, color, width or WIDTH)
+    fate, rest = verdict_line(report)
+    out.styled([(fate, FATE_STYLE.get(fate, "bold")), (f": {rest}", "")])
+    nlines = sum(f.lines for f in report.files)
+    if report.files:
+        shown = ", ".join(f.path for f in report.files[:3])
+        more = f" and {len(report.files) - 3} more" if len(report.files) > 3 else ""
+        what = f"log: {shown}{more} ({nlines:,} lines)"
+    else:
+        what = "pre-flight check (no log)"
+    # one paragraph for what was read: the problems, not the inputs, should fill the screen
+    out.line("; ".join([what, *inputs_summary(report)]), style="dim")
+    for i, p in enumerate(report.problems, 1):
+        out.line()
+        _problem(out, p, problem_heading(i, len(report.problems), p))
+    if not report.problems and report.files:
+        out.line()
+        out.line("No failure symptoms found in the log.", style="green")
+    if verbose:
+        _verbose(out, report)
+    tl = timeline_summary(report.timeline)
+    out.line()
+    if tl:
+        out.line(f"Timeline: {tl}")
+    for note in report.notes:
+        out.line(f"note: {note}", style="dim")
+    hint = ("; all of them: --verbose", "dim") if not verbose and (
+        report.findings or report.symptoms) else ("", "")
+    out.styled([(summary_counts(report), ""), hint])
+    return out.text()
+
+
+def _problem(out: _Printer, p: Problem, heading: str) -> None:
+    out.line(heading, style=SEVERITY_STYLE.get(p.severity, "bold"))
+    out.para(p.what)
+    for ev in p.evidence:
+        out.evidence(ev, 2)
+    if p.why:
+        out.para(p.why[0], label="why")
+        for extra in p.why[1:]:
+            out.para(extra, label="also", style="dim")
+    if p.fix:
+        out.para(p.fix, label="fix", style="bold green")
+    change = change_text(p.fix_change)
+    if change:
+        where = f" ({p.config_where})" if p.config_where else ""
+        out.para(change + where, label="change", style="bold green")
+    elif p.config_where:
+        out.para(p.config_where, label="config", style="dim")
+
+
+def _verbose(out: _Printer, report: Report) -> None:
+    """Every finding and every symptom, as the JSON has them (evidence capped per item)."""
+    from rich.table import Table  # noqa: PLC0415
+
+    if report.findings:
+        out.line()
+        out.line("All findings", style="bold underline")
+        for f in report.findings:
+            out.styled([(f"{f.severity:<7} ", SEVERITY_STYLE.get(f.severity, "")),
+                        (f"{f.rule} ", "bold"), (f.name, "magenta"), (f"  {f.title}", "")])
+            if f.message:
+                out.para(f.message, 8)
+            if f.config_path:
+                out.para(f"config: {config_where(f)} {f.config_path}", 8, body_style="dim")
+            if f.fix:
+                out.para(f.fix, 8, label="fix", style="bold green")
+            for ev in f.evidence[:EVIDENCE_IN_TEXT]:
+                out.evidence(ev, 8)
+    if not report.symptoms:
+        return
+    out.line()
+    table = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for col in ("symptom", "count", "first", "last", "ranks"):
+        table.add_column(col, justify="right" if col == "count" else "left")
+    names = out.names
+    for s in report.symptoms:
+        table.add_row(s.kind, str(s.count), f"{names.get(s.first.file, s.first.file)}:{s.first.line}",
+                      f"{names.get(s.last.file, s.last.file)}:{s.last.line}", ranks_text(s.ranks))
+    out.line("Symptoms", style="bold underline")
+    out.console.print(table)
+    for s in report.symptoms:
+        summary = symptom_values_summary(s)
+        out.styled([(s.kind, "bold"), (f"  {summary}" if summary else "", "")])
+        for ev in s.evidence[:EVIDENCE_IN_TEXT]:
+            out.evidence(ev, 2)
+
+
+__all__ = ["render_text"]
