@@ -22,6 +22,12 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("hang", ("hang",), ("collective-timeout", "zero3-generate-without-synced-gpus")),
     ("gpu-oom", ("gpu-oom",), ("gpu-out-of-memory",)),
     ("cpu-oom", ("cpu-oom",), ("cpu-oom-killed", "offload-exceeds-cpu-ram")),
+    ("shm-exhausted", ("shm-exhausted",), ("shared-memory-exhausted",)),
+    ("disk-full", ("disk-full",), ("disk-full",)),
+    ("cuda-error", ("cuda-error",), ("cuda-error",)),
+    ("nccl-error", ("nccl-error",), ("nccl-error",)),
+    ("checkpoint-error", ("checkpoint-error",), ("checkpoint-load-error",)),
+    ("job-time-limit", ("job-time-limit",), ("job-time-limit",)),
     ("op-build", ("op-build-failure",), ("op-build-failure",)),
     ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion",)),
     ("offload-client-optimizer", ("offload-client-optimizer",), ("offload-with-client-optimizer",)),
@@ -35,8 +41,9 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 EXIT_KINDS = ("python-exception", "launcher-nonzero-exit")
 EXIT_RULES = ("rank-exited-nonzero",)
 #: Causes that end a run by themselves (loss-scale only when the scale collapsed: see _killer).
-FATAL = ("hang", "gpu-oom", "cpu-oom", "op-build", "batch-size", "offload-client-optimizer",
-         "port-in-use")
+FATAL = ("hang", "gpu-oom", "cpu-oom", "shm-exhausted", "disk-full", "cuda-error", "nccl-error",
+         "checkpoint-error", "job-time-limit", "op-build", "batch-size",
+         "offload-client-optimizer", "port-in-use")
 EVIDENCE_PER_PROBLEM = 3
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
@@ -73,6 +80,12 @@ def _phrase(s: Symptom) -> str:
         "batch-size-mismatch": "batch-size assertion",
         "offload-client-optimizer": "ZeRO-Offload refused the client optimizer",
         "port-in-use": "port already in use",
+        "shm-exhausted": "shared memory (/dev/shm) exhausted",
+        "disk-full": "disk or quota full",
+        "cuda-error": "CUDA error",
+        "nccl-error": "NCCL error",
+        "checkpoint-error": "checkpoint load/convert error",
+        "job-time-limit": "ended by the scheduler",
     }
     where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
     return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"

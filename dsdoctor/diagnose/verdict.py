@@ -32,6 +32,12 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: 
 FATAL_CAUSES: tuple[tuple[str, str], ...] = (
     ("gpu-oom", "ran out of GPU memory"),
     ("cpu-oom", "was killed for lack of host RAM (SIGKILL / OOM killer)"),
+    ("shm-exhausted", "ran out of shared memory (/dev/shm)"),
+    ("disk-full", "ran out of disk space (or quota)"),
+    ("cuda-error", "hit a CUDA error"),
+    ("nccl-error", "failed in NCCL"),
+    ("checkpoint-error", "could not load or convert a checkpoint"),
+    ("job-time-limit", "was ended by the scheduler (time limit, preemption or eviction)"),
     ("op-build-failure", "could not build a DeepSpeed op"),
     ("batch-size-mismatch", "stopped on DeepSpeed's batch-size assertion"),
     ("offload-client-optimizer", "was refused by ZeRO-Offload (client optimizer)"),

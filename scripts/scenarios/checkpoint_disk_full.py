@@ -84,7 +84,7 @@ def generate(out: Path) -> c.Outcome:
     c.require(run.returncode != 0, "the save did not fail")
     c.require(any(t in log for t in ("No space left on device", "file write failed", "unexpected pos")),
               "the log shows no full-disk error")
-    c.write_expected(out, symptoms=["disk-full"], rules=["DS117"],
+    c.write_expected(out, fate="failed", symptoms=["disk-full"], rules=["DS117"],
                      must_not=["gpu-oom", "cpu-oom", "hang", "checkpoint-error", "nan-loss",
                                "shm-exhausted"],
                      must_not_rules=["DS105", "DS106", "DS107", "DS113"])

@@ -82,7 +82,7 @@ def generate(out: Path) -> c.Outcome:
     log = c.read_log(out, "resume.log")
     c.require(resume.returncode != 0, "the resume did not fail")
     c.require("DP world size of 2" in log, "the log shows no world-size error")
-    c.write_expected(out, symptoms=["checkpoint-error"], rules=["DS119"],
+    c.write_expected(out, fate="failed", symptoms=["checkpoint-error"], rules=["DS119"],
                      must_not=["gpu-oom", "cpu-oom", "hang", "disk-full", "nan-loss",
                                "op-build-failure"],
                      must_not_rules=["DS105", "DS106", "DS107", "DS113"])

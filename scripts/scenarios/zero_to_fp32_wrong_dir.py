@@ -78,7 +78,7 @@ def generate(out: Path) -> c.Outcome:
     finally:
         shutil.rmtree(WORK, ignore_errors=True)
     c.require(convert.returncode != 0, "the conversion did not fail")
-    c.write_expected(out, symptoms=["checkpoint-error"], rules=["DS119"],
+    c.write_expected(out, fate="failed", symptoms=["checkpoint-error"], rules=["DS119"],
                      must_not=["gpu-oom", "cpu-oom", "hang", "disk-full", "nan-loss",
                                "op-build-failure"],
                      must_not_rules=["DS105", "DS106", "DS107", "DS113"])
