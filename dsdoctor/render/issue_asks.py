@@ -93,6 +93,13 @@ def printed_config(report: Report | None, redactor: Redactor) -> PrintedConfig |
     items = [f for f in report.facts if f.name == "engine-config-item"]
     if items:
         first = items[0].evidence
+        # DeepSpeed prints the user's JSON right after its key dump; a long one is past the scan's
+        # join window (no ds-config-json fact): read it from the line after the dump.
+        last = max(f.evidence.line for f in items if f.evidence.file == first.file)
+        for line in range(last + 1, last + 4):
+            text = _read_braced_block(first.file, line)
+            if text:
+                return PrintedConfig(first.file, line, redactor.text(text))
         rows = [f.evidence.text.strip() for f in items if f.evidence.file == first.file]
         return PrintedConfig(first.file, first.line, redactor.text("\n".join(rows)))
     return None
@@ -260,7 +267,8 @@ def run_state_md(report: Report | None, run: RunModel | None, ex: LogExcerpt | N
                    "start-up, loading, saving) it failed.")
     # Which rank's log, and a cut traceback.
     if ex is not None:
-        rank = ex.error_ranks[0] if ex.error_ranks else _first_rank(report)
+        ranks = ex.error_ranks or next((ln.ranks for ln in ex.lines if ln.ranks), ())
+        rank = ranks[0] if ranks else _first_rank(report)
         who = f"rank {rank}" if rank is not None else "the first failing rank"
         if ex.has_traceback and not ex.traceback_complete:
             out.append(f"- **The traceback is cut:** attach all of {who}'s log (`{Path(ex.file).name}` "

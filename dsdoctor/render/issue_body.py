@@ -276,7 +276,7 @@ def _excerpt_section(excerpt: LogExcerpt | None, kind: str, have_log: bool) -> s
 
 def _launch_section(launch: Launch, kind: str, have_log: bool) -> str:
     if launch.commands:
-        return "**Launch command**\n\n" + launch_md(launch)
+        return "#### Launch command\n\n" + launch_md(launch)
     if kind == "install":
         return ""
     where = "in the log" if have_log else "in the inputs"
@@ -325,10 +325,10 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     top = triage_md(found) if found else ""
     nodes = nodes_md(envs)
     asks = run_state_md(report, run, excerpt, configs, logs) if kind == "training" else []
-    asks_md = ("**What the log says about the run**\n\n" + "\n".join(asks)) if asks else ""
+    asks_md = ("#### What the log says about the run\n\n" + "\n".join(asks)) if asks else ""
     excerpt_md = _excerpt_section(excerpt, kind, have_log)
     launch_text = red.text(_launch_section(launch, kind, have_log))
-    cfg_md = "**Config**\n\n" + config_md(configs, printed, report, launch) if kind != "env" else ""
+    cfg_md = "#### Config\n\n" + config_md(configs, printed, report, launch) if kind != "env" else ""
     env_md = render_markdown(env, heading="####") if env is not None else None
     diag = ["**Diagnosis by dsdoctor**", ""] + (findings or ["_dsdoctor found no known failure pattern._"])
     steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("minimal script/command and data to "
