@@ -152,15 +152,14 @@ def command_from_fact(fact: Fact) -> LaunchCommand | None:
         if not isinstance(cmd, str) or not cmd.strip():
             return None
         source = "runner cmd" if "deepspeed.launcher.launch" in cmd else "typed command"
-        if fact.values.get("via") == "accelerate-failure":
-            source = "accelerate failure"
         return LaunchCommand(launcher_of(cmd), cmd.strip(), ev.file, ev.line, source, _world(cmd))
-    if fact.name == "launch-argv":
+    if fact.name in ("launch-argv", "launch-failed-cmd"):
         argv = literal(str(fact.values.get("argv", "")))
         if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
             return None
         text = shlex.join(argv)
-        return LaunchCommand("python", text, ev.file, ev.line, "rank argv")
+        source = "rank argv" if fact.name == "launch-argv" else "accelerate failure"
+        return LaunchCommand("python", text, ev.file, ev.line, source)
     return None
 
 
@@ -177,7 +176,7 @@ def launch_from_report(report: Report | None) -> tuple[LaunchCommand, ...]:
     outer: list[LaunchCommand] = []
     argvs: list[LaunchCommand] = []
     for f in report.facts:
-        if f.name not in ("launch-cmd", "launch-argv"):
+        if f.name not in ("launch-cmd", "launch-argv", "launch-failed-cmd"):
             continue
         cmd = command_from_fact(f)
         if cmd is None:
