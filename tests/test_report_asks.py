@@ -284,3 +284,23 @@ def test_accelerate_failure_block_gives_the_command(tmp_path: Path) -> None:
     assert launch.commands[0].text.endswith("--config_file /Users/kleinsun/Documents/open/kohya_ss/"
                                             "outputs/config_dreambooth-20240531-163416.toml")
     assert launch.config_arg() == "/Users/kleinsun/Documents/open/kohya_ss/outputs/config_dreambooth-20240531-163416.toml"
+
+
+def test_one_log_per_rank_from_the_analysis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_report import DS_EXC
+
+    r0 = write_log(tmp_path, ranks=(0,), name="rank0.log")
+    r1 = write_log(tmp_path, ranks=(1,), name="rank1.log")
+    rc, body, _ = _report(tmp_path, str(r0), str(r1), "--force")
+    capsys.readouterr()
+    assert rc == 0
+    assert f"(`rank0.log` line {r0.read_text().splitlines().index('[rank0]: ' + DS_EXC) + 1}) is: `{DS_EXC}`" in body
+    assert "The same error is also the first error in: `rank1.log`." in body
+
+
+def test_a_log_without_an_error_is_not_called_a_failure(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    log = EXTRA / "negative__ds4781-healthy-trainer-dicts-before-checkpoint.log"
+    rc, body, _ = _report(tmp_path, str(log))
+    capsys.readouterr()
+    assert rc == 0 and "the log shows no error line" in body and " fails" not in body.split("\n\n")[0]

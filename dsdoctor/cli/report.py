@@ -55,10 +55,16 @@ def expand_envs(specs: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _anchors(report: Any, logs: list[str]) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
-    """Where the first error is, from the analysis (the scan's evidence: one log-reading path)."""
+#: Symptoms that are not error lines (a few overflows are normal; a NaN loss prints no error).
+_NOT_ERROR_LINES = frozenset({"fp16-overflow", "nan-loss", "loss-zero"})
+
+
+def _anchors(report: Any, logs: list[str]
+             ) -> tuple[tuple[str, int] | None, tuple[str, int] | None, dict[str, int] | None]:
+    """Where the first error is, from the analysis (the scan's evidence: one log-reading path):
+    (anchor, fallback, the first error line of each log file)."""
     if report is None:
-        return None, None
+        return None, None, None
     order = {p: i for i, p in enumerate(logs)}
 
     def earliest(evs: list[Any]) -> tuple[str, int] | None:
@@ -68,17 +74,25 @@ def _anchors(report: Any, logs: list[str]) -> tuple[tuple[str, int] | None, tupl
         e = min(evs, key=lambda e: (order[e.file], e.line))
         return (e.file, e.line)
 
-    # The error-severity findings' strongest evidence (evidence[0]) is the error; but when the log
-    # has a Python exception, the excerpt starts from the log's first traceback rather than from
-    # an earlier symptom line (a NaN loss some steps before the loss-scale exception, say).
-    anchor = None
-    if report.symptom("python-exception") is None:
+    error_lines = [e for s in report.symptoms if s.kind not in _NOT_ERROR_LINES
+                   for e in (s.first, *s.evidence)]
+    per_file: dict[str, int] = {}
+    for e in error_lines:
+        if e.file in order and (e.file not in per_file or e.line < per_file[e.file]):
+            per_file[e.file] = e.line
+    # A Python exception in the log is what a maintainer reads first: the excerpt starts from
+    # the log's first error line (the traceback's exception line; the excerpt climbs to its
+    # "Traceback") rather than from an earlier symptom line (a NaN loss some steps before).
+    # Without one, the error findings' strongest evidence (evidence[0]) is the error.
+    if report.symptom("python-exception") is not None:
+        anchor = earliest(error_lines)
+    else:
         anchor = earliest([f.evidence[0] for f in report.findings if f.severity == "error" and f.evidence])
     # Otherwise the first symptom (collapses print no traceback), overflows last: a few are normal.
-    fallback = earliest([e for f in report.findings for e in f.evidence]) or earliest(
+    fallback = earliest(error_lines) or earliest([e for f in report.findings for e in f.evidence]) or earliest(
         [s.first for s in report.symptoms if s.kind != "fp16-overflow"]) or earliest(
         [s.first for s in report.symptoms])
-    return anchor, fallback
+    return anchor, fallback, per_file
 
 
 def _kind(args: argparse.Namespace, report: Any, launch: Any) -> str:
@@ -118,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if not envs:
         notes.append("no --env given: system info left for you to fill "
                      "(run 'dsdoctor env --format json' on the training node and pass --env FILE)")
-    anchor, fallback = _anchors(report, args.logs)
-    excerpt = issue_body.first_error_excerpt(args.logs, anchor, fallback) if args.logs else None
+    anchor, fallback, per_file = _anchors(report, args.logs)
+    excerpt = issue_body.first_error_excerpt(args.logs, anchor, fallback, per_file) if args.logs else None
     launch = gather_launch(report, scripts)
     kind = _kind(args, report, launch)
     issue = issue_body.build_issue(

@@ -190,6 +190,11 @@ def _description(report: Report | None, ex: LogExcerpt | None, env: dict[str, An
     elif kind == "env":
         parts.append(f"A question about versions{with_who}{where}. " + TODO.format(
             "what you want to run (model, ZeRO stage, precision) and what fails or what you ask"))
+    elif ex is None and not (report is not None and report.findings):
+        # Nothing in the log says it failed: do not claim it did, ask what goes wrong.
+        parts.append(f"A training run{with_who}{' (' + setup + ')' if setup else ''}{where}"
+                     f"{launched}: the log shows no error line. " + TODO.format(
+                         "what goes wrong (slow, wrong results, stops without an error, ...)"))
     else:
         parts.append(f"A training run{with_who}{' (' + setup + ')' if setup else ''}{where} "
                      f"fails{launched}.")

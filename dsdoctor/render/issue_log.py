@@ -45,7 +45,7 @@ _PKG_IN_PATH = re.compile(r"[/\\](?P<pkg>deepspeed|transformers|accelerate|torch
 MAX_EXCERPT_LINES = 120
 CONTEXT_BEFORE = 3
 CONTEXT_AFTER = 6
-_LOOKBACK = 60
+_LOOKBACK = 300  # lines kept before the error: a deep traceback starts this far up
 #: The one-line error of the description: long enough for an exception's message, and cut in the
 #: middle (never at the end, where a launcher's line says how the rank died).
 MAX_ERROR_CHARS = 400
@@ -124,33 +124,42 @@ def normalize_display(raw: bytes) -> str:
 
 
 def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,
-                        fallback: tuple[str, int] | None = None) -> LogExcerpt | None:
+                        fallback: tuple[str, int] | None = None,
+                        others_at: dict[str, int] | None = None) -> LogExcerpt | None:
     """Cut the context of the run's first error.
 
-    ``anchor`` = (file, line) names the error (the analysis's strongest evidence); without it
-    the first error-looking line (traceback, exception, OOM, non-zero exit) is used, and
-    ``fallback`` (e.g. the first symptom: a loss-scale collapse prints no traceback) when the
-    log has none. A traceback is shown from its ``Traceback`` line to its exception line;
-    identical lines printed by several ranks are kept once (with the ranks noted).
+    ``anchor`` = (file, line) names the error (found by the analysis); ``fallback`` (e.g. the
+    first symptom: a loss-scale collapse prints no traceback) is used when the anchor is not an
+    error line the excerpt can cut. ``others_at`` = {file: line} names the first error of each
+    other log file (one per rank/node). Without an anchor (the analysis failed) the first
+    error-looking line of the logs is searched with the fallback expression instead. A traceback
+    is shown from its ``Traceback`` line to its exception line; identical lines printed by
+    several ranks are kept once (with the ranks noted).
     """
     found: LogExcerpt | None = None
     no_error: set[str] = set()  # files already read through without an error line
-    if anchor is None:
+    if anchor is None and others_at is None:
         for path in paths:
             found = _excerpt_in_file(path, None)
             if found is not None:
                 break
             no_error.add(path)
-        anchor = None if found else fallback
-    if found is None and anchor is not None and anchor[0] in paths:
-        found = _excerpt_in_file(anchor[0], anchor[1])
+    if found is None:
+        for spot in (anchor, fallback):
+            if spot is not None and spot[0] in paths:
+                found = _excerpt_in_file(spot[0], spot[1])
+                if found is not None:
+                    break
     if found is None or len(paths) < 2:
         return found
     others = []
     for path in paths:
         if path == found.file or path in no_error:
             continue
-        ex = _excerpt_in_file(path, None)
+        if others_at is not None:
+            ex = _excerpt_in_file(path, others_at[path]) if path in others_at else None
+        else:
+            ex = _excerpt_in_file(path, None)
         if ex is not None:
             others.append((path, ex.error_line, ex.error))
     return replace(found, others=tuple(others))
