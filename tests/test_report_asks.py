@@ -265,6 +265,8 @@ def test_ds3232_launcher_argv_and_exit_code(tmp_path: Path, capsys: pytest.Captu
     assert "--output_dir /content/DeepSpeedExamples/applications/DeepSpeed-Chat/output/actor-models/125m" in body
     desc = body.split("**Diagnosis by dsdoctor**")[0]
     assert "exits with return code = -9`." in desc  # the one-line first error is not cut at its end
+    assert ("DeepSpeed-Chat's step scripts write it to `/content/DeepSpeedExamples/applications/"
+            "DeepSpeed-Chat/output/actor-models/125m/training.log`") in body
 
 
 def test_accelerate_failure_block_gives_the_command(tmp_path: Path) -> None:

@@ -279,6 +279,23 @@ def run_state_md(report: Report | None, run: RunModel | None, ex: LogExcerpt | N
     return out
 
 
+def full_log_hint(launch: Launch) -> str | None:
+    """Where the run writes its whole log, when the launch command says (DeepSpeed-Chat's step
+    scripts redirect everything to ``$OUTPUT/training.log``)."""
+    for c in launch.commands:
+        if "DeepSpeed-Chat" not in c.text and not re.search(r"step[123]_\w+finetuning", c.text):
+            continue
+        argv = c.argv
+        for i, a in enumerate(argv):
+            name, eq, val = a.partition("=")
+            if name == "--output_dir":
+                out = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+                if out:
+                    return (f"- The whole log: DeepSpeed-Chat's step scripts write it to "
+                            f"`{out.rstrip('/')}/training.log`; attach that file.")
+    return None
+
+
 def _first_rank(report: Report | None) -> int | None:
     if report is None:
         return None
@@ -385,5 +402,5 @@ def nodes_md(envs: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
 
 
 __all__ = ["ConfigText", "PrintedConfig", "USER_SIDE_RULES", "config_md", "node_differences",
-           "node_name", "nodes_md", "printed_config", "read_config", "run_state_md", "triage",
+           "node_name", "nodes_md", "printed_config", "read_config", "run_state_md", "full_log_hint", "triage",
            "triage_md"]

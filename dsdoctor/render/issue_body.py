@@ -28,8 +28,8 @@ from dsdoctor.errors import UsageError
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Report
 from dsdoctor.redact import Redactor
-from dsdoctor.render.issue_asks import (ConfigText, PrintedConfig, config_md, nodes_md, printed_config,
-                                        read_config, run_state_md, triage, triage_md)
+from dsdoctor.render.issue_asks import (ConfigText, PrintedConfig, config_md, full_log_hint, nodes_md,
+                                        printed_config, read_config, run_state_md, triage, triage_md)
 from dsdoctor.render.issue_launch import (Launch, LaunchCommand, gather_launch, launch_md,
                                           launcher_context, read_shell_script)
 from dsdoctor.render.issue_log import ExcerptLine, LogExcerpt, first_error_excerpt
@@ -330,6 +330,9 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     top = triage_md(found) if found else ""
     nodes = nodes_md(envs)
     asks = run_state_md(report, run, excerpt, configs, logs) if kind == "training" else []
+    full_log = full_log_hint(launch) if kind == "training" else None
+    if full_log:
+        asks.append(full_log)
     asks_md = ("#### What the log says about the run\n\n" + "\n".join(asks)) if asks else ""
     excerpt_md = _excerpt_section(excerpt, kind, have_log)
     launch_text = red.text(_launch_section(launch, kind, have_log))
