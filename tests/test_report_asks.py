@@ -306,3 +306,24 @@ def test_a_log_without_an_error_is_not_called_a_failure(tmp_path: Path,
     rc, body, _ = _report(tmp_path, str(log))
     capsys.readouterr()
     assert rc == 0 and "the log shows no error line" in body and " fails" not in body.split("\n\n")[0]
+
+
+def test_launch_script_secrets_are_redacted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_report import HF
+
+    script = tmp_path / "train.sh"
+    script.write_text("#!/usr/bin/env bash\n# fine-tune\nexport MASTER_PORT=29500\n"
+                      "torchrun --nproc_per_node 8 train.py \\\n  --deepspeed ds.json \\\n"
+                      f"  --hub_token {HF}\n")
+    rc, body, _ = _report(tmp_path, "--config", str(_small_config(tmp_path)), "--script", str(script),
+                          "--force")
+    capsys.readouterr()
+    assert rc == 0 and HF not in body
+    assert "Launch script (`train.sh` line 4):" in body and "--deepspeed ds.json" in body
+    assert "Launched with `torchrun` (torch.distributed.run)." in body
+
+
+def _small_config(tmp_path: Path) -> Path:
+    p = tmp_path / "ds.json"
+    p.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}\n')
+    return p
