@@ -12,14 +12,14 @@ from dsdoctor.cli.main import main
 from dsdoctor.errors import UsageError
 from dsdoctor.model import Evidence, FileSummary, Finding, Report, Symptom
 from dsdoctor.redact import Redactor
+from dsdoctor.diagnose.pipeline import run_analysis
 from dsdoctor.render.issue_body import (
     build_issue,
-    find_launch_command,
     first_error_excerpt,
     gh_command,
-    parse_launch,
     read_config,
 )
+from dsdoctor.render.issue_launch import gather_launch, launcher_of
 
 REAL_LOGS = Path("/work/shared/real_logs")
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "fp16_loss_scale_collapse"
@@ -160,7 +160,7 @@ def _sections(body: str, style: str) -> list[str]:
 def test_deepspeed_template_sections_in_order(tmp_path: Path) -> None:
     log = write_log(tmp_path)
     issue = build_issue(target="deepspeed", report=make_report(log), logs=[str(log)],
-                        excerpt=first_error_excerpt([str(log)]), launch=find_launch_command([str(log)]))
+                        excerpt=first_error_excerpt([str(log)]))
     heads = [h for h in _sections(issue.body, "deepspeed") if h != "Diagnosis by dsdoctor"]
     # The section headings of DeepSpeed's .github/ISSUE_TEMPLATE/training_bug_report.md
     assert heads == ["Describe the bug", "To Reproduce", "Expected behavior", "ds_report output",
@@ -228,29 +228,39 @@ def test_not_a_deepspeed_bug_hint(tmp_path: Path) -> None:
     assert hint not in build_issue(target="deepspeed", report=None, logs=[str(cut_log)], excerpt=ex).body
 
 
-def test_launch_arguments_only_the_relevant_ones(tmp_path: Path) -> None:
+def test_launch_command_whole_from_the_scan(tmp_path: Path) -> None:
     log = write_log(tmp_path)
-    lc = find_launch_command([str(log)])
-    assert lc is not None and lc.launcher == "deepspeed" and lc.line == 2
-    assert lc.world == "localhost: GPUs 0,1"
-    assert "--deepspeed ds_config.json" in lc.args and "--per_device_train_batch_size 4" in lc.args
-    assert "--output_dir /home/alice/out" in lc.omitted and "--logging_steps 10" in lc.omitted
-    assert not any(a.startswith("--output_dir") for a in lc.args)
+    launch = gather_launch(run_analysis(logs=[str(log)]))
+    runner = launch.primary
+    assert runner is not None and runner.launcher == "deepspeed" and runner.line == 2
+    assert runner.source == "runner cmd" and runner.world == "localhost: GPUs 0,1"
+    # whole: nothing dropped, not even the logging/saving arguments
+    for arg in ("--deepspeed ds_config.json", "--output_dir /home/alice/out", "--logging_steps 10",
+                "--per_device_train_batch_size 4", "/home/alice/proj/train.py"):
+        assert arg in runner.text, arg
+    assert HF not in runner.text  # the analysis's report is redacted
+    # the launcher's per-rank argv (found wherever it is in the log) comes after the runner's cmd
+    argv = launch.commands[-1]
+    assert argv.source == "rank argv" and "train.py" in argv.text
+    assert launch.config_arg() == "ds_config.json"
     for cmd, launcher in [
         ("torchrun --nproc_per_node=8 --master_port 29501 train.py --deepspeed ds.json", "torchrun"),
         ("accelerate launch --config_file acc.yaml --num_processes 8 train.py", "accelerate"),
         ("python -m torch.distributed.launch --nproc_per_node 2 run_clm.py", "torchrun"),
         ("deepspeed --num_gpus=2 train.py --deepspeed ds.json", "deepspeed"),
+        ("srun --jobid $SLURM_JOBID bash -c 'deepspeed --num_gpus 8 train.py'", "srun"),
+        ("mpirun -np 4 -npernode 1 -machinefile hosts.txt ./bt.E.4.mpi_io_full", "mpirun"),
     ]:
-        assert parse_launch(cmd, "x.log", 1).launcher == launcher, cmd
+        assert launcher_of(cmd) == launcher, cmd
 
 
 def test_typed_launch_commands_are_found(tmp_path: Path) -> None:
     log = tmp_path / "typed.log"
     log.write_text("some banner\n$ CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 2 train.py "
                    "--model_name_or_path gpt2\nstarting\n")
-    lc = find_launch_command([str(log)])
+    lc = gather_launch(run_analysis(logs=[str(log)])).primary
     assert lc is not None and lc.launcher == "torchrun" and lc.line == 2
+    assert lc.text == "torchrun --nproc_per_node 2 train.py --model_name_or_path gpt2"
 
 
 def test_no_secret_reaches_any_target(tmp_path: Path) -> None:
@@ -265,7 +275,7 @@ def test_no_secret_reaches_any_target(tmp_path: Path) -> None:
         issue = build_issue(target=target, report=make_report(log), logs=[str(log)],
                             configs=[read_config(str(cfg), red)], env=env, redactor=red,
                             excerpt=first_error_excerpt([str(log)]),
-                            launch=find_launch_command([str(log)]))
+                            launch=gather_launch(run_analysis(logs=[str(log)])))
         text = issue.body + issue.title
         for s in SECRETS + ("abcdef123456",):
             assert s not in text, (target, s)  # ... and absent from every body
@@ -279,7 +289,7 @@ def test_cli_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     env = write_env(tmp_path)
     out = tmp_path / "issue.md"
     rc = main(["report", str(log), "--config", str(cfg), "--env", str(env), "--output", str(out),
-               "--redact-paths", "--redact-hosts"])
+               "--redact-paths", "--redact-hosts", "--force"])
     assert rc == 0
     err = capsys.readouterr().err
     assert f"gh issue create --repo deepspeedai/DeepSpeed --title '[BUG] " in err
@@ -290,10 +300,10 @@ def test_cli_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "ZeRO stage 2" in body and "offload optimizer to cpu" in body
     assert "8 x NVIDIA A100-SXM4-80GB" in body and "NCCL_IB_HCA=mlx5_0" in body
     assert "Running inside a docker container" in body
-    assert '"stage": 2' in body  # the full config, re-indented
+    assert '"stage": 2' in body  # the full config, as written
 
     # stdout mode: the body on stdout, the gh command on stderr
-    assert main(["report", str(log), "--target", "accelerate"]) == 0
+    assert main(["report", str(log), "--target", "accelerate", "--force"]) == 0
     cap = capsys.readouterr()
     assert cap.out.startswith("### System Info")
     assert "gh issue create --repo huggingface/accelerate" in cap.err and "gh issue" not in cap.out
@@ -345,9 +355,12 @@ def test_real_logs_never_crash(target: str, tmp_path: Path, capsys: pytest.Captu
     found = 0
     for log in sorted(REAL_LOGS.glob("*.log")):
         out = tmp_path / (log.stem + ".md")
-        assert main(["report", str(log), "--target", target, "-o", str(out)]) == 0, log.name
+        assert main(["report", str(log), "--target", target, "-o", str(out), "--force"]) == 0, log.name
         body = out.read_text()
         assert body.count("<details>") == body.count("</details>")
+        # the config is always there as printed by the run, or asked for precisely
+        assert ("DeepSpeed config as printed by the run" in body
+                or "The config is not attached" in body), log.name
         if labels.get(log.name) and "Log excerpt" in body:
             found += 1
     capsys.readouterr()
@@ -360,11 +373,16 @@ def test_real_logs_never_crash(target: str, tmp_path: Path, capsys: pytest.Captu
 def test_bundled_sample_real_deepspeed_run(tmp_path: Path) -> None:
     out = tmp_path / "issue.md"
     assert main(["report", str(SAMPLE / "train.log"), "--config", str(SAMPLE / "ds_config.json"),
-                 "-o", str(out)]) == 0
+                 "-o", str(out), "--force"]) == 0
     body = out.read_text()
     assert "cannot decrease scale anymore" in body
     assert "probably not a DeepSpeed bug" not in body  # the traceback goes through deepspeed/
-    assert "Launcher: `deepspeed`" in body
+    assert "Launched with the `deepspeed` launcher; world: localhost: GPUs 0,1." in body
+    assert "The DeepSpeed runner's `cmd =` (`train.log` line 3)" in body
+    assert "--deepspeed_config ds_config.json" in body
+    assert "Config `ds_config.json` (as written)" in body
+    assert "ZeRO-1/2 code (`deepspeed/runtime/zero/stage_1_and_2.py` in the traceback)" in body
+    assert "Steps done: 15" in body
 
 
 def test_one_log_per_rank(tmp_path: Path) -> None:
@@ -418,7 +436,7 @@ def test_rich_traceback_frames_count(tmp_path: Path, frame: str, hint: bool) -> 
 
 def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import dsdoctor.diagnose.pipeline
+    import dsdoctor.cli.report
 
     log = write_log(tmp_path)
     lines = log.read_text().splitlines()
@@ -429,17 +447,18 @@ def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
     # evidence[0] is the strongest; an earlier context line follows it
     finding = Finding(**{**{k: getattr(f, k) for k in f.__dataclass_fields__},
                          "evidence": (Evidence(str(log), strong, DS_EXC, 0), Evidence(str(log), context, "loss nan"))})
-    monkeypatch.setattr(dsdoctor.diagnose.pipeline, "run_analysis", lambda **kw: Report(files=(), symptoms=(), findings=(finding,)))
+    monkeypatch.setattr(dsdoctor.cli.report, "_run_pipeline",
+                        lambda args: (Report(files=(), symptoms=(), findings=(finding,)), None))
     out = tmp_path / "a.md"
-    assert main(["report", str(log), "-o", str(out)]) == 0
+    assert main(["report", str(log), "-o", str(out), "--force"]) == 0
     body = out.read_text()
     assert f"(`train.log` line {strong}) is: `{DS_EXC}`" in body
     assert "**DS102 loss-scale-collapse** (error)" in body
 
-    def broken(**kw):
+    def broken(args):
         raise KeyError("rule bug")
 
-    monkeypatch.setattr(dsdoctor.diagnose.pipeline, "run_analysis", broken)
+    monkeypatch.setattr(dsdoctor.cli.report, "_run_pipeline", broken)
     assert main(["report", str(log), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert "warning: analysis failed (KeyError" in err

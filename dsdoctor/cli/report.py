@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,68 +12,142 @@ from dsdoctor.cli.options import add_input_options
 from dsdoctor.errors import UsageError
 
 
-def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
+def _run_pipeline(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The analysis (as ``pipeline.analyze`` does it) keeping the run model for the report's asks."""
+    from dsdoctor.diagnose import engine  # noqa: PLC0415
+    from dsdoctor.diagnose.pipeline import build_report  # noqa: PLC0415
+    from dsdoctor.facts import context  # noqa: PLC0415
+    from dsdoctor.logs.scan import ScanResult, scan_files  # noqa: PLC0415
+
+    scan = scan_files(args.logs, engine=args.engine) if args.logs else ScanResult(engine=args.engine)
+    ctx = context.build_context(args, scan)
+    findings = list(engine.evaluate(ctx))
+    inputs = dict(ctx.inputs)
+    inputs["engine"] = scan.engine
+    return build_report(scan, findings, inputs, list(ctx.notes)), ctx.run
+
+
+def _analyze(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     """Run the analysis; the issue can still be written (from the log alone) if it fails."""
-    from dsdoctor.diagnose.pipeline import run_analysis  # noqa: PLC0415
     try:
-        # The env is loaded (and validated) by run() too; the analysis gets the same argument
-        # (load_snapshot collects 'local' once per process, so the machine is probed once).
-        return run_analysis(logs=args.logs, configs=args.config or [], model=args.model,
-                            env=args.env, scripts=args.script or [], engine=args.engine,
-                            ds_version=args.ds_version), []
+        report, run = _run_pipeline(args)
+        return report, run, []
     except UsageError:
         raise
     except Exception as exc:  # a bug in a rule must not stop the user from filing the issue
         msg = f"analysis failed ({type(exc).__name__}: {exc}); the issue holds the log excerpt only"
         print(f"dsdoctor: warning: {msg}", file=sys.stderr)
-        return None, [msg]
+        return None, None, [msg]
+
+
+def expand_envs(specs: list[str]) -> list[str]:
+    """``--env`` values: files, ``local``, or globs (``'env-*.json'``, quoted from the shell)."""
+    out: list[str] = []
+    for spec in specs:
+        if spec != "local" and not Path(spec).exists() and glob.has_magic(spec):
+            matches = sorted(glob.glob(spec))
+            if not matches:
+                raise UsageError(f"--env {spec}: no file matches; collect the snapshots with "
+                                 "'dsdoctor env --format json -o env-$(hostname).json' on each node")
+            out.extend(matches)
+        else:
+            out.append(spec)
+    return list(dict.fromkeys(out))
+
+
+#: Symptoms that are not error lines (a few overflows are normal; a NaN loss prints no error).
+_NOT_ERROR_LINES = frozenset({"fp16-overflow", "nan-loss", "loss-zero"})
+
+
+def _anchors(report: Any, logs: list[str]
+             ) -> tuple[tuple[str, int] | None, tuple[str, int] | None, dict[str, int] | None]:
+    """Where the first error is, from the analysis (the scan's evidence: one log-reading path):
+    (anchor, fallback, the first error line of each log file)."""
+    if report is None:
+        return None, None, None
+    order = {p: i for i, p in enumerate(logs)}
+
+    def earliest(evs: list[Any]) -> tuple[str, int] | None:
+        evs = [e for e in evs if e.file in order]
+        if not evs:
+            return None
+        e = min(evs, key=lambda e: (order[e.file], e.line))
+        return (e.file, e.line)
+
+    error_lines = [e for s in report.symptoms if s.kind not in _NOT_ERROR_LINES
+                   for e in (s.first, *s.evidence)]
+    per_file: dict[str, int] = {}
+    for e in error_lines:
+        if e.file in order and (e.file not in per_file or e.line < per_file[e.file]):
+            per_file[e.file] = e.line
+    # A Python exception in the log is what a maintainer reads first: the excerpt starts from
+    # the log's first error line (the traceback's exception line; the excerpt climbs to its
+    # "Traceback") rather than from an earlier symptom line (a NaN loss some steps before).
+    # Without one, the error findings' strongest evidence (evidence[0]) is the error.
+    if report.symptom("python-exception") is not None:
+        anchor = earliest(error_lines)
+    else:
+        anchor = earliest([f.evidence[0] for f in report.findings if f.severity == "error" and f.evidence])
+    # Otherwise the first symptom (collapses print no traceback), overflows last: a few are normal.
+    fallback = earliest(error_lines) or earliest([e for f in report.findings for e in f.evidence]) or earliest(
+        [s.first for s in report.symptoms if s.kind != "fp16-overflow"]) or earliest(
+        [s.first for s in report.symptoms])
+    return anchor, fallback, per_file
+
+
+def _kind(args: argparse.Namespace, report: Any, launch: Any) -> str:
+    """training | config | install | env (see issue_body.KINDS)."""
+    if not args.logs:
+        return "config" if args.config else "env"
+    if report is not None and report.symptom("op-build-failure") is not None and not report.timeline \
+            and not launch.commands:
+        return "install"  # an op build / pip install log: no launch, no training step
+    return "training"
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``dsdoctor report``."""
     from dsdoctor.facts import envinfo
     from dsdoctor.render import issue_body
+    from dsdoctor.render.issue_launch import gather_launch, is_shell_script
     from dsdoctor.redact import Redactor
 
     if "-" in args.logs:
         raise UsageError("-: report reads the log twice (analysis and excerpt); save it to a file first")
+    if not (args.logs or args.config or args.env):
+        raise UsageError("report: give a LOG, or --config FILE (a config question), or --env FILE "
+                         "(a version question); see 'dsdoctor report --help'")
     red = Redactor(paths=args.redact_paths, hosts=args.redact_hosts)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
-    env = envinfo.load_snapshot(args.env) if args.env else None
-    report, notes = _analyze(args)
-    if env is None:
+    env_paths = expand_envs(args.env or [])
+    envs = [(p, envinfo.load_snapshot(p)) for p in env_paths]
+    # Shell launch scripts are read for their commands (never run); Python scripts also go to the
+    # analysis, which parses them.
+    shell = [s for s in args.script or [] if is_shell_script(s)]
+    scripts = [issue_body.read_shell_script(s) for s in shell]
+    analysis_args = argparse.Namespace(**vars(args))
+    analysis_args.script = [s for s in args.script or [] if s not in shell]
+    analysis_args.env = env_paths[0] if env_paths else None
+    report, run_model, notes = _analyze(analysis_args)
+    if not envs:
         notes.append("no --env given: system info left for you to fill "
                      "(run 'dsdoctor env --format json' on the training node and pass --env FILE)")
-    anchor = fallback = None
-    if report is not None:
-        order = {p: i for i, p in enumerate(args.logs)}
-
-        def earliest(evs: list[Any]) -> tuple[str, int] | None:
-            evs = [e for e in evs if e.file in order]
-            if not evs:
-                return None
-            e = min(evs, key=lambda e: (order[e.file], e.line))
-            return (e.file, e.line)
-
-        # The error-severity findings' strongest evidence is the error; otherwise the log's first
-        # exception-looking line; otherwise the first symptom (collapses print no traceback),
-        # overflows last because a few of them are normal.
-        # evidence[0] is a finding's strongest line (the others may be context, such as the
-        # first of many overflows before a collapse).
-        # A Python exception in the log is what a maintainer reads first: when there is one, let
-        # the excerpt start from the log's first traceback rather than from an earlier symptom
-        # line (a NaN loss some steps before the loss-scale exception, say).
-        if report.symptom("python-exception") is None:
-            anchor = earliest([f.evidence[0] for f in report.findings
-                               if f.severity == "error" and f.evidence])
-        fallback = earliest([e for f in report.findings for e in f.evidence]) or earliest(
-            [s.first for s in report.symptoms if s.kind != "fp16-overflow"]) or earliest(
-            [s.first for s in report.symptoms])
-    excerpt = issue_body.first_error_excerpt(args.logs, anchor, fallback)
-    launch = issue_body.find_launch_command(args.logs, report)
-    issue = issue_body.build_issue(target=args.target, report=report, logs=args.logs,
-                                     configs=configs, env=env, redactor=red, excerpt=excerpt,
-                                     launch=launch, inputs_note=notes)
+    anchor, fallback, per_file = _anchors(report, args.logs)
+    excerpt = issue_body.first_error_excerpt(args.logs, anchor, fallback, per_file) if args.logs else None
+    launch = gather_launch(report, scripts)
+    kind = _kind(args, report, launch)
+    issue = issue_body.build_issue(
+        target=args.target, report=report, logs=args.logs, configs=configs,
+        env=envs[0][1] if envs else None, envs=envs, redactor=red, excerpt=excerpt, launch=launch,
+        inputs_note=notes, printed=issue_body.printed_config(report, red), run=run_model, kind=kind)
+    if issue.triage and not args.force:
+        # A maintainer would answer "apply the fix": say it now instead of preparing the issue.
+        codes = ", ".join(issue.triage)
+        print(f"dsdoctor: not writing the issue: the analysis explains this failure as a "
+              f"configuration or environment problem with a fix ({codes}; see 'dsdoctor analyze' or "
+              f"'dsdoctor rules {issue.triage[0]}'). Apply the fix and re-run; if the failure "
+              "remains, write the issue with --force.", file=sys.stderr)
+        return 1
     if args.output:
         try:
             Path(args.output).write_text(issue.body, encoding="utf-8")
@@ -94,14 +169,25 @@ def register(subparsers: Any) -> None:
     """Add the ``report`` subcommand."""
     p = subparsers.add_parser(
         "report", help="write a GitHub issue body (DeepSpeed/Transformers/Accelerate template)",
+        conflict_handler="resolve",  # --env is redefined below: several nodes' snapshots
         description="Analyze the run and write a Markdown issue body in the target project's bug "
         "template: description, diagnosis, the first error with context (deduplicated across "
-        "ranks), launch arguments, config and environment. Secrets are always redacted.")
-    p.add_argument("logs", nargs="+", metavar="LOG", help="training log file(s), plain or .gz")
+        "ranks), the launch command, the config as written (or as the run printed it), what the "
+        "log says about the run, and the environment. Without a LOG: a config question (--config) "
+        "or a version question (--env). When the analysis explains the failure as a configuration "
+        "or environment problem with a fix, nothing is written (exit 1) unless --force. Secrets "
+        "are always redacted.")
+    p.add_argument("logs", nargs="*", metavar="LOG",
+                   help="training or install log file(s), plain or .gz (optional with --config/--env)")
     add_input_options(p)
+    p.add_argument("--env", action="append", default=[], metavar="FILE|GLOB|local",
+                   help="environment snapshot(s) from 'dsdoctor env --format json', one per node "
+                   "(repeatable, or a quoted glob such as 'env-*.json'); several are compared")
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
+    p.add_argument("--force", action="store_true",
+                   help="write the issue even when the analysis explains the failure with a fix")
     p.add_argument("--redact-paths", action="store_true", help="also hide user home directories")
     p.add_argument("--redact-hosts", action="store_true", help="also hide host names and IP addresses")
     p.set_defaults(func=run)

@@ -2,22 +2,22 @@
 
 The body follows each project's own bug template: DeepSpeed's ``training_bug_report.md``
 (bold section headings) or the Markdown that Transformers'/Accelerate's ``bug-report.yml``
-issue forms produce (``### Label`` sections). It is filled from the Report, the log itself (the
-first error with context, deduplicated across ranks; the launch command), the configs and an
-environment snapshot. Every piece of text goes through one :class:`~dsdoctor.redact.Redactor`,
-and the finished body is redacted once more as a safety net.
+issue forms produce (``### Label`` sections). It is filled from the Report and the run model,
+the first error (:mod:`.issue_log`), the launch commands (:mod:`.issue_launch`), the config as
+written or as printed and the maintainer's next questions (:mod:`.issue_asks`) and the
+environment snapshots. Four kinds of report: a failed training run, a config alone, an
+install/op-build log, and environment snapshots alone (version questions). Every piece of text
+goes through one :class:`~dsdoctor.redact.Redactor`, and the finished body is redacted once more
+as a safety net.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 import shlex
-from collections import deque
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,14 @@ from dsdoctor import __version__
 from dsdoctor.cli.env import cuda_line, details, fence, gpu_summary, interconnect_summary, ops_rows
 from dsdoctor.cli.env import os_line, render_markdown, shape
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Report
-from dsdoctor.logs.reader import ANSI_RE, normalize, open_log
 from dsdoctor.redact import Redactor
+from dsdoctor.render.issue_asks import (ConfigText, PrintedConfig, config_md, full_log_hint, nodes_md,
+                                        printed_config, read_config, run_state_md, triage, triage_md)
+from dsdoctor.render.issue_launch import (Launch, LaunchCommand, gather_launch, launch_md,
+                                          launcher_context, read_shell_script)
+from dsdoctor.render.issue_log import ExcerptLine, LogExcerpt, first_error_excerpt
 
 #: target -> (GitHub repository, template style, title prefix)
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -35,107 +40,11 @@ TARGETS: dict[str, tuple[str, str, str]] = {
     "transformers": ("huggingface/transformers", "hf-form", ""),
     "accelerate": ("huggingface/accelerate", "hf-form", ""),
 }
+#: What the report is about: a failed run's log, a config alone, an install/op-build log, or
+#: environment snapshots alone (a question about versions).
+KINDS = ("training", "config", "install", "env")
 
 TODO = "<!-- TODO: {} -->"
-
-# A line that starts or is the first error of a failed run (checked on the rank-peeled text).
-_ERROR_RE = re.compile(
-    r"Traceback \(most recent call last\)"
-    r"|^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)(?::|$)"
-    r"|CUDA out of memory|OutOfMemoryError|DefaultCPUAllocator: can't allocate"
-    r"|\bexits with return code = -?[1-9]"
-    r"|\bChildFailedError\b|\bfailed \(exitcode: -?[1-9]"
-    r"|Watchdog caught collective operation timeout|\bNCCL error\b"
-    r"|^Killed\s*$|\bSignal 9 \(SIGKILL\)|\boom-kill"
-    r"|\[ERROR\]|^ERROR:"
-)
-# Bytes every line matched by _ERROR_RE contains: lines without them are never decoded (speed).
-_RAW_HINT = re.compile(rb"Traceback|Error|Exception|out of memory|DefaultCPUAllocator|exits with|exitcode"
-                       rb"|Watchdog|NCCL error|Killed|Signal 9|oom-kill|ERROR")
-_RAW_LAUNCH_HINT = re.compile(rb"cmd = |torchrun|accelerate|deepspeed|torch\.distributed|srun|mpirun"
-                              rb"|llamafactory-cli")
-#: Launch commands are printed at the start of a run: how many lines to look through per file.
-LAUNCH_SEARCH_LINES = 50_000
-_TRACEBACK_RE = re.compile(r"Traceback \(most recent call last\)|^\s*│?\s*Traceback|Traceback \(most recent")
-# The line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
-_EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_]\w*\.)*\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
-_FRAME_RE = re.compile(r"""File "(?P<path>[^"]+)", line \d+"""
-                       # rich tracebacks: "│ /opt/conda/.../deepspeed/runtime/config.py:891 in f │"
-                       r"""|^[│|]\s+(?P<rpath>[^\s│|]*[/\\][^\s│|]*\.py)\b""")
-_PKG_IN_PATH = re.compile(r"[/\\](?P<pkg>deepspeed|transformers|accelerate|torch|peft|trl)[/\\]")
-
-# Launch command lines: the DeepSpeed launcher's "cmd = ...", or a typed command echoed in the log.
-_DS_CMD_RE = re.compile(r"\bcmd = (?P<cmd>\S.*)$")
-_TYPED_CMD_RE = re.compile(
-    r"^(?:[$#>+]\s+|\(\S+\)\s*\S*[$#]\s+)?"
-    r"(?P<cmd>(?:[A-Z_][A-Z0-9_]*=\S+\s+)*"
-    r"(?:torchrun|accelerate\s+launch|deepspeed|python3?\s+-m\s+torch\.distributed\.(?:run|launch)"
-    r"|python3?\s+-m\s+deepspeed\.launcher\.runner|srun|mpirun|llamafactory-cli\s+train)"
-    r"\s+(?:--|-\w|\S+\.py\b)\S*.*)$"
-)
-# Arguments that say nothing about a failure (where to save, how often to log).
-_NOISE_ARGS = frozenset({
-    "output_dir", "logging_dir", "logging_steps", "save_steps", "save_total_limit", "save_strategy",
-    "run_name", "report_to", "cache_dir", "overwrite_output_dir", "logging_first_step",
-    "enable_each_rank_log", "log_level", "logging_strategy", "disable_tqdm", "push_to_hub",
-    "hub_model_id", "hub_strategy", "save_only_model", "logging_nan_inf_filter",
-})
-
-MAX_EXCERPT_LINES = 120
-CONTEXT_BEFORE = 3
-CONTEXT_AFTER = 6
-_LOOKBACK = 60
-_MAX_CONFIG_BYTES = 2 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ExcerptLine:
-    """One physical log line of the excerpt, with the ranks that printed the same text."""
-
-    line: int
-    text: str
-    ranks: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class LogExcerpt:
-    """The first error of the run with its context."""
-
-    file: str
-    lines: tuple[ExcerptLine, ...]
-    error: str  # the line that states the error (exception line when a traceback ends)
-    error_line: int
-    has_traceback: bool
-    frame_packages: tuple[str, ...]  # packages seen in traceback frames, in order
-    duplicates_dropped: int = 0
-    traceback_complete: bool = False  # a traceback was read from its start to its exception line
-    # First errors of the other log files (one per rank/node is common): (file, line, error).
-    others: tuple[tuple[str, int, str], ...] = ()
-
-    @property
-    def deepspeed_in_traceback(self) -> bool:
-        return "deepspeed" in self.frame_packages
-
-
-@dataclass(frozen=True)
-class LaunchCommand:
-    """The launch command found in the log, reduced to the arguments that matter."""
-
-    launcher: str  # deepspeed | torchrun | accelerate | srun | mpirun | python | ...
-    args: tuple[str, ...]
-    file: str
-    line: int
-    omitted: tuple[str, ...] = ()
-    world: str | None = None  # decoded --world_info, e.g. "localhost: GPUs 0,1"
-
-
-@dataclass(frozen=True)
-class ConfigText:
-    """A config file's content to paste, already redacted."""
-
-    path: str
-    text: str
-    lang: str
 
 
 @dataclass(frozen=True)
@@ -147,304 +56,8 @@ class Issue:
     title: str
     body: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    triage: tuple[str, ...] = ()  # rule codes that explain the failure as the user's to fix
 
-
-# --------------------------------------------------------------------------------------------
-# reading the log
-# --------------------------------------------------------------------------------------------
-
-def _iter_raw(path: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw bytes) for each physical line, streamed, nothing decoded.
-
-    A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees.
-    """
-    log = open_log(path)
-    try:
-        n = 0
-        partial = False  # inside an overlong line: its remainder is not a new line
-        while True:
-            raw = log.stream.readline(1 << 20)  # bounded: a line of many MB is not read whole
-            if not raw:
-                break
-            if partial:
-                partial = not raw.endswith(b"\n")
-                continue
-            n += 1
-            partial = not raw.endswith(b"\n")
-            piece = raw.rstrip(b"\r\n")
-            if b"\r" in piece:
-                piece = piece.rsplit(b"\r", 1)[-1] or piece.replace(b"\r", b" ")
-            yield n, piece
-    finally:
-        log.close()
-
-
-def _norm(item: tuple[int, bytes]) -> tuple[int, str, Any]:
-    """Matching uses the rank-peeled text; display keeps the rank prefix for maintainers."""
-    n, piece = item
-    return n, normalize_display(piece), normalize(piece)
-
-
-def normalize_display(raw: bytes) -> str:
-    """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped."""
-    text = raw[:8192].decode("utf-8", errors="replace").replace("\x00", "")
-    return ANSI_RE.sub("", text).rstrip()[:2000]
-
-
-def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,
-                        fallback: tuple[str, int] | None = None) -> LogExcerpt | None:
-    """Cut the context of the run's first error.
-
-    ``anchor`` = (file, line) names the error (the analysis's strongest evidence); without it
-    the first error-looking line (traceback, exception, OOM, non-zero exit) is used, and
-    ``fallback`` (e.g. the first symptom: a loss-scale collapse prints no traceback) when the
-    log has none. A traceback is shown from its ``Traceback`` line to its exception line;
-    identical lines printed by several ranks are kept once (with the ranks noted).
-    """
-    found: LogExcerpt | None = None
-    no_error: set[str] = set()  # files already read through without an error line
-    if anchor is None:
-        for path in paths:
-            found = _excerpt_in_file(path, None)
-            if found is not None:
-                break
-            no_error.add(path)
-        anchor = None if found else fallback
-    if found is None and anchor is not None and anchor[0] in paths:
-        found = _excerpt_in_file(anchor[0], anchor[1])
-    if found is None or len(paths) < 2:
-        return found
-    others = []
-    for path in paths:
-        if path == found.file or path in no_error:
-            continue
-        ex = _excerpt_in_file(path, None)
-        if ex is not None:
-            others.append((path, ex.error_line, ex.error))
-    return replace(found, others=tuple(others))
-
-
-def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
-    window: deque[tuple[int, bytes]] = deque(maxlen=_LOOKBACK)
-    it = _iter_raw(path)
-    collected: list[tuple[int, str, Any]] = []
-    for item in it:
-        n, piece = item
-        if want_line is not None:
-            hit = n == want_line
-        else:
-            hit = bool(_RAW_HINT.search(piece)) and bool(_ERROR_RE.search(normalize(piece).text))
-        if not hit:
-            window.append(item)
-            continue
-        first = _norm(item)
-        seg = first[2]
-        hit_line = n
-        recent = [_norm(w) for w in window]
-        # Start at the Traceback that this error ends, if one is in the recent window.
-        start_idx = len(recent)
-        if not _TRACEBACK_RE.search(seg.text):
-            for i in range(len(recent) - 1, -1, -1):
-                if _TRACEBACK_RE.search(recent[i][2].text):
-                    start_idx = i
-                    break
-        start_idx = max(0, start_idx - CONTEXT_BEFORE)
-        collected = recent[start_idx:] + [first]
-        tb_open = False  # inside a traceback: keep reading until its exception line
-        closed = False
-        for c in collected:
-            tb_open, closed = _tb_step(c[2].text, tb_open, closed)
-        after = 0
-        for raw_item in it:
-            item = _norm(raw_item)
-            collected.append(item)
-            was_open = tb_open
-            tb_open, closed = _tb_step(item[2].text, tb_open, closed)
-            if tb_open or was_open:
-                after = 0
-            else:
-                after += 1
-                if after >= CONTEXT_AFTER:
-                    break
-            if len(collected) >= MAX_EXCERPT_LINES * 3:
-                break
-        break
-    else:
-        return None
-    it.close()
-    return _dedupe(path, collected, closed, hit_line)
-
-
-def _tb_step(text: str, tb_open: bool, closed: bool) -> tuple[bool, bool]:
-    """Advance the traceback state over one rank-peeled line: (open, seen-a-complete-one)."""
-    if _TRACEBACK_RE.search(text):
-        return True, closed
-    if tb_open and _EXC_LINE_RE.match(text):
-        return False, True
-    return tb_open, closed
-
-
-def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hit_line: int
-            ) -> LogExcerpt:
-    seen: dict[str, int] = {}
-    lines: list[ExcerptLine] = []
-    ranks: list[list[int]] = []
-    dropped = 0
-    for n, shown, seg in collected:
-        key = seg.text.strip()
-        if key and key in seen:
-            idx = seen[key]
-            if seg.rank is not None and seg.rank not in ranks[idx]:
-                ranks[idx].append(seg.rank)
-            dropped += 1
-            continue
-        if key:
-            seen[key] = len(lines)
-        lines.append(ExcerptLine(n, shown))
-        ranks.append([seg.rank] if seg.rank is not None else [])
-    # Packages the traceback frames run through (all of them, also past the display cap).
-    pkgs: list[str] = []
-    for _, _, seg in collected:
-        m = _FRAME_RE.search(seg.text.strip() if seg.text.lstrip().startswith(("│", "|")) else seg.text)
-        if m:
-            pm = None
-            for pm in _PKG_IN_PATH.finditer(m.group("path") or m.group("rpath")):
-                pass  # the innermost package directory of the path is the frame's package
-            if pm and pm.group("pkg") not in pkgs:
-                pkgs.append(pm.group("pkg"))
-    out = tuple(ExcerptLine(l.line, l.text, tuple(sorted(r))) for l, r in zip(lines, ranks))
-    out = out[:MAX_EXCERPT_LINES]
-    texts = [normalize(l.text.encode()).text for l in out]
-    has_tb = any(_TRACEBACK_RE.search(t) for t in texts)
-    # The error is the exception line that closes the first traceback, else the first error line.
-    idx = None
-    tb_open = False
-    for i, t in enumerate(texts):
-        was_open = tb_open
-        tb_open, _ = _tb_step(t, tb_open, False)
-        if was_open and not tb_open and not _TRACEBACK_RE.search(t):
-            idx = i
-            break
-    if idx is None:
-        idx = next((i for i, t in enumerate(texts) if _ERROR_RE.search(t) and not _TRACEBACK_RE.search(t)),
-                   None)
-    if idx is None:
-        idx = next((i for i, l in enumerate(out) if l.line == hit_line), 0)
-    error = texts[idx].strip() if texts else ""
-    error_line = out[idx].line if out else 0
-    return LogExcerpt(path, out, error[:300], error_line, has_tb, tuple(pkgs), dropped, complete)
-
-
-def find_launch_command(paths: Sequence[str], report: Report | None = None) -> LaunchCommand | None:
-    """The run's launch command: the DeepSpeed launcher's ``cmd = ...`` line, or an echoed
-    ``deepspeed``/``torchrun``/``accelerate launch`` command line."""
-    for path in paths:
-        for n, piece in _iter_raw(path):
-            if n > LAUNCH_SEARCH_LINES:
-                break
-            if not _RAW_LAUNCH_HINT.search(piece):
-                continue
-            text = normalize(piece).text.strip()
-            m = _DS_CMD_RE.search(text) if "cmd = " in text else None
-            if m is None:
-                m = _TYPED_CMD_RE.match(text)
-            if m:
-                return parse_launch(m.group("cmd"), path, n)
-    if report is not None:
-        for f in report.facts:
-            if f.name == "launch-cmd":
-                strs = [v for v in f.values.values() if isinstance(v, str)]
-                if strs:
-                    return parse_launch(max(strs, key=len), f.evidence.file, f.evidence.line)
-    return None
-
-
-def _decode_world_info(value: str) -> str | None:
-    try:
-        data = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    return "; ".join(f"{host}: GPUs {','.join(map(str, gpus))}" for host, gpus in data.items()
-                     if isinstance(gpus, list))
-
-
-def parse_launch(cmd: str, path: str, line: int) -> LaunchCommand:
-    """Split a command line, name its launcher and drop arguments unrelated to failures."""
-    try:
-        argv = shlex.split(cmd)
-    except ValueError:  # unbalanced quote in a cut-off log line
-        argv = cmd.split()
-    launcher = "python"
-    joined = " ".join(argv[:6])
-    for name, pat in (("deepspeed", r"deepspeed\.launcher|(?:^|[/\s])deepspeed\s"),
-                      ("torchrun", r"(?:^|[/\s])torchrun\s|torch\.distributed\.(?:run|launch)"),
-                      ("accelerate", r"(?:^|[/\s])accelerate\s+launch"), ("srun", r"(?:^|[/\s])srun\s"),
-                      ("mpirun", r"(?:^|[/\s])mpirun\s"), ("llamafactory-cli", r"llamafactory-cli")):
-        if re.search(pat, joined):
-            launcher = name
-            break
-    kept: list[str] = []
-    omitted: list[str] = []
-    world = None
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        nxt = argv[i + 1] if i + 1 < len(argv) else None
-        if a.startswith("--"):
-            name, _, val = a[2:].partition("=")
-            takes_next = not val and nxt is not None and not nxt.startswith("-")
-            if name == "world_info":
-                world = _decode_world_info(val or (nxt or ""))
-                kept.append(a if val else f"{a} {nxt}")
-                i += 1 if val else 2
-                continue
-            if name.replace("-", "_") in _NOISE_ARGS:
-                omitted.append(a if val or not takes_next else f"{a} {nxt}")
-                i += 2 if takes_next else 1
-                continue
-            kept.append(a if val or not takes_next else f"{a} {nxt}")
-            i += 2 if takes_next else 1
-            continue
-        kept.append(a)
-        i += 1
-    return LaunchCommand(launcher, tuple(kept), path, line, tuple(omitted), world)
-
-
-def read_config(path: str, redactor: Redactor) -> ConfigText:
-    """A config file's text for the issue, redacted. Bad input raises UsageError."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory; pass the DeepSpeed JSON or Accelerate YAML file")
-        size = p.stat().st_size
-        if size > _MAX_CONFIG_BYTES:
-            raise UsageError(f"{path}: {size} bytes is too large for a config; pass the DeepSpeed "
-                             "JSON or Accelerate YAML file")
-        raw = p.read_bytes()
-    except UsageError:
-        raise
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
-    if b"\x00" in raw[:65536]:
-        raise UsageError(f"{path}: binary file, not a config; pass the DeepSpeed JSON or "
-                         "Accelerate YAML file")
-    text = raw.decode("utf-8", errors="replace")
-    lang = "json" if text.lstrip().startswith(("{", "[")) or path.endswith(".json") else "yaml"
-    if lang == "json":
-        # Re-indent parsable JSON so a one-line config is readable; keep broken JSON as written
-        # (a syntax error may be the very thing being reported).
-        try:
-            text = json.dumps(redactor.obj(json.loads(text)), indent=2)
-        except (ValueError, RecursionError):
-            pass
-    return ConfigText(path, redactor.text(text), lang)
-
-
-# --------------------------------------------------------------------------------------------
-# the body
-# --------------------------------------------------------------------------------------------
 
 def _excerpt_md(ex: LogExcerpt, name: str) -> str:
     width = len(str(ex.lines[-1].line)) if ex.lines else 1
@@ -468,21 +81,6 @@ def _excerpt_md(ex: LogExcerpt, name: str) -> str:
     return out
 
 
-def _launch_md(lc: LaunchCommand) -> str:
-    # One option per line; the interpreter's own flags and the script stay readable.
-    rows: list[str] = []
-    for a in lc.args:
-        if not rows or a.startswith("--") or a.endswith(".py"):
-            rows.append(a)
-        else:
-            rows[-1] += " " + a
-    out = [f"Launcher: `{lc.launcher}` (command from the log, line {lc.line})", "",
-           fence(" \\\n    ".join(rows), "bash")]
-    if lc.world:
-        out += ["", f"World info (decoded `--world_info`): {lc.world}"]
-    if lc.omitted:
-        out += ["", f"Omitted (logging/saving only): `{' '.join(lc.omitted)}`"]
-    return "\n".join(out)
 
 
 def _loc(e: Any) -> str:
@@ -539,7 +137,8 @@ def _config_summary(configs: Sequence[ConfigText]) -> str:
     return ""
 
 
-def _title(report: Report | None, ex: LogExcerpt | None, prefix: str) -> str:
+def _title(report: Report | None, ex: LogExcerpt | None, prefix: str, kind: str,
+           env: dict[str, Any] | None) -> str:
     text = ""
     if report is not None:
         errs = [f for f in report.findings if f.severity == "error"] or list(report.findings)
@@ -549,6 +148,14 @@ def _title(report: Report | None, ex: LogExcerpt | None, prefix: str) -> str:
         text = ex.error
     if not text and report is not None and report.symptoms:
         text = f"{report.symptoms[0].kind} during training"
+    if kind == "install":
+        text = "DeepSpeed install / op build fails" + (f": {text}" if text else "")
+    elif kind == "env" and not text:
+        pk = _pkg_versions(env)
+        text = "Which versions work together? " + ", ".join(
+            f"{n} {pk[n]}" for n in ("deepspeed", "torch", "transformers", "accelerate") if pk.get(n))
+    elif kind == "config" and not text:
+        text = "Question about a DeepSpeed config"
     text = re.sub(r"\s+", " ", text).strip() or "training run fails"
     if len(text) > 110:
         text = text[:107].rstrip() + "..."
@@ -556,21 +163,41 @@ def _title(report: Report | None, ex: LogExcerpt | None, prefix: str) -> str:
 
 
 def _description(report: Report | None, ex: LogExcerpt | None, env: dict[str, Any] | None,
-                 configs: Sequence[ConfigText], lc: LaunchCommand | None) -> str:
+                 configs: Sequence[ConfigText], launch: Launch, kind: str) -> str:
     pk = _pkg_versions(env)
     parts = []
     who = []
     for name in ("deepspeed", "torch", "transformers", "accelerate"):
         if pk.get(name):
             who.append(f"{name} {pk[name]}")
+    with_who = f" with {', '.join(who)}" if who else ""
     setup = _config_summary(configs)
     gpus = (env or {}).get("gpus") or []
-    where = ""
-    if gpus:
-        where = f" on {gpu_summary(env or {})}"
+    where = f" on {gpu_summary(env or {})}" if gpus else ""
+    lc = launch.primary
     launched = f" (launched with `{lc.launcher}`)" if lc else ""
-    parts.append(f"A training run{' with ' + ', '.join(who) if who else ''}"
-                 f"{' (' + setup + ')' if setup else ''}{where} fails{launched}.")
+    if kind == "install":
+        cuda = (env or {}).get("cuda") or {}
+        versions = ", ".join(f"{k} {cuda[k]}" for k in ("torch_cuda", "nvcc_version") if cuda.get(k))
+        parts.append(f"Installing DeepSpeed or building its ops fails{where}"
+                     f"{' (' + versions + ')' if versions else ''}. The exact install command, with "
+                     "its `DS_BUILD_*` variables: " + TODO.format("e.g. DS_BUILD_FUSED_ADAM=1 pip "
+                                                                  "install deepspeed"))
+    elif kind == "config":
+        parts.append(f"A question about this DeepSpeed config{' (' + setup + ')' if setup else ''}"
+                     f"{with_who}{where}, checked before running (no log). " + TODO.format(
+                         "what you want to know or what goes wrong with it"))
+    elif kind == "env":
+        parts.append(f"A question about versions{with_who}{where}. " + TODO.format(
+            "what you want to run (model, ZeRO stage, precision) and what fails or what you ask"))
+    elif ex is None and not (report is not None and report.findings):
+        # Nothing in the log says it failed: do not claim it did, ask what goes wrong.
+        parts.append(f"A training run{with_who}{' (' + setup + ')' if setup else ''}{where}"
+                     f"{launched}: the log shows no error line. " + TODO.format(
+                         "what goes wrong (slow, wrong results, stops without an error, ...)"))
+    else:
+        parts.append(f"A training run{with_who}{' (' + setup + ')' if setup else ''}{where} "
+                     f"fails{launched}.")
     if ex is not None:
         parts.append(f"The first error in the log (`{Path(ex.file).name}` line {ex.error_line}) is: "
                      f"`{ex.error.replace('`', chr(39))}`.")
@@ -643,33 +270,82 @@ def _docker_md(env: dict[str, Any] | None) -> str:
     return TODO.format("Are you using a specific docker image that you can share?")
 
 
+def _excerpt_section(excerpt: LogExcerpt | None, kind: str, have_log: bool) -> str:
+    if excerpt is not None and excerpt.lines:
+        return _excerpt_md(excerpt, Path(excerpt.file).name)
+    if not have_log:
+        return ("No log: " + ("the config was checked without running it." if kind == "config" else
+                              "a question about the environment, not a failed run."))
+    return "_No error line found in the log._ " + TODO.format("paste the error and its traceback")
+
+
+def _launch_section(launch: Launch, kind: str, have_log: bool) -> str:
+    if launch.commands:
+        return "#### Launch command\n\n" + launch_md(launch)
+    if kind == "install":
+        return ""
+    where = "in the log" if have_log else "in the inputs"
+    return (f"The launch command is not {where}: give the launch script with `--script run.sh`, or "
+            "paste the exact command (launcher, its options, the script and all its arguments). "
+            + TODO.format("the exact launch command"))
+
+
+def _launcher_context(launch: Launch, kind: str) -> str:
+    ctx = launcher_context(launch)
+    if ctx:
+        return ctx
+    if kind == "install":
+        return "Not applicable: the failure is in installing/building DeepSpeed, not in a launch."
+    return TODO.format("Are you launching your experiment with the `deepspeed` launcher, MPI, or "
+                       "something else? (give `--script run.sh` to fill this in)")
+
+
 def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
                 configs: Sequence[ConfigText] = (), env: dict[str, Any] | None = None,
                 redactor: Redactor | None = None, excerpt: LogExcerpt | None = None,
-                launch: LaunchCommand | None = None, inputs_note: Sequence[str] = ()) -> Issue:
-    """Assemble the issue for ``target`` from already-gathered pieces (all get redacted)."""
+                launch: Launch | None = None, inputs_note: Sequence[str] = (),
+                printed: PrintedConfig | None = None, run: RunModel | None = None,
+                envs: Sequence[tuple[str, dict[str, Any]]] = (), kind: str = "training") -> Issue:
+    """Assemble the issue for ``target`` from already-gathered pieces (all get redacted).
+
+    ``env`` is the snapshot shown as the system info (the first node's); ``envs`` all the
+    snapshots given, compared when there are several.
+    """
     if target not in TARGETS:
         raise UsageError(f"--target {target}: choose one of {', '.join(TARGETS)}")
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: one of {KINDS}")
     red = redactor or Redactor()
     repo, style, prefix = TARGETS[target]
+    launch = launch or gather_launch(report)
+    have_log = bool(logs)
     if env is not None:
         env = shape(red.obj(env))
-    title = _title(report, excerpt, prefix)
-    desc = _description(report, excerpt, env, configs, launch)
+    envs = [(p, shape(red.obj(e))) for p, e in envs]
+    title = _title(report, excerpt, prefix, kind, env)
+    desc = _description(report, excerpt, env, configs, launch, kind)
     findings = _findings_md(report)
     hint = _not_deepspeed_hint(excerpt, target)
-    excerpt_md = _excerpt_md(excerpt, Path(excerpt.file).name) if excerpt and excerpt.lines else \
-        "_No error line found in the log._ " + TODO.format("paste the error and its traceback")
-    launch_md = _launch_md(launch) if launch else (
-        "The launch command was not found in the log. " + TODO.format("paste the exact launch command"))
-    cfg_md = "\n\n".join(details(f"Config `{Path(c.path).name}`", fence(c.text, c.lang)) for c in configs) \
-        or "No config given (`--config FILE`). " + TODO.format("paste the DeepSpeed / Accelerate config")
-    env_md = None
-    if env is not None:
-        env_md = render_markdown(env, heading="####")
+    found = triage(report, have_log)
+    top = triage_md(found) if found else ""
+    nodes = nodes_md(envs)
+    asks = run_state_md(report, run, excerpt, configs, logs) if kind == "training" else []
+    full_log = full_log_hint(launch) if kind == "training" else None
+    if full_log:
+        asks.append(full_log)
+    asks_md = ("#### What the log says about the run\n\n" + "\n".join(asks)) if asks else ""
+    excerpt_md = _excerpt_section(excerpt, kind, have_log)
+    launch_text = red.text(_launch_section(launch, kind, have_log))
+    cfg_md = "#### Config\n\n" + config_md(configs, printed, report, launch) if kind != "env" else ""
+    env_md = render_markdown(env, heading="####") if env is not None else None
     diag = ["**Diagnosis by dsdoctor**", ""] + (findings or ["_dsdoctor found no known failure pattern._"])
     steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("minimal script/command and data to "
              "reproduce (only you can answer this)") + "\n2. Launch command and config below\n3. See error")
+    if kind == "install":
+        steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("the exact install command, "
+                 "e.g. DS_BUILD_FUSED_ADAM=1 pip install deepspeed") + "\n2. See the build error above")
+    elif kind in ("config", "env"):
+        steps = ""
     # No package-index link: dsdoctor is installed from its repository until it is published.
     footer = (f"<sub>Generated with dsdoctor {__version__} "
               f"(`dsdoctor report --target {target}`); secrets were redacted. Review before posting.</sub>")
@@ -677,17 +353,19 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
 
     if style == "deepspeed":
         sections = [
-            ("**Describe the bug**", "\n\n".join(x for x in [desc, "\n".join(diag), hint or "", excerpt_md] if x)),
-            ("**To Reproduce**", steps + "\n\n" + launch_md + "\n\n" + cfg_md),
+            ("**Describe the bug**", "\n\n".join(x for x in [
+                top, desc, "\n".join(diag), nodes or "", hint or "", excerpt_md, asks_md] if x)),
+            ("**To Reproduce**", "\n\n".join(x for x in [steps, launch_text, cfg_md] if x)
+             or "Not applicable: no run to reproduce."),
             ("**Expected behavior**", TODO.format("what you expected to happen (e.g. training runs "
                                                    "past step N without the error above)")),
             ("**ds_report output**", _ds_report_md(env)),
-            ("**Screenshots**", "Not applicable: the log excerpt is included above."),
+            ("**Screenshots**", "Not applicable: the log excerpt is included above." if have_log
+             else "Not applicable."),
             ("**System info (please complete the following information):**",
              "\n".join(_system_info_deepspeed(env))
              + ("\n\n" + details("Full environment report (`dsdoctor env`)", env_md) if env_md else "")),
-            ("**Launcher context**", launch_md.split("\n", 1)[0] if launch else
-             TODO.format("Are you launching your experiment with the `deepspeed` launcher, MPI, or something else?")),
+            ("**Launcher context**", red.text(_launcher_context(launch, kind))),
             ("**Docker context**", _docker_md(env)),
             ("**Additional context**", "\n".join([f"- {n}" for n in notes] + ["", footer]).strip()),
         ]
@@ -703,8 +381,12 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
                              + ("transformers env" if target == "transformers" else "accelerate env")
                              + "`) on the training node and paste its output here. "
                              + TODO.format("environment report"))
+        if nodes:
+            sysinfo = nodes + "\n\n" + sysinfo
+        launcher_line = launcher_context(launch)
         repro = "\n\n".join(x for x in [
-            steps, desc, "\n".join(diag), hint or "", excerpt_md, launch_md, cfg_md,
+            top, steps, desc, "\n".join(diag), hint or "", excerpt_md, asks_md, launch_text,
+            red.text(launcher_line) if launcher_line else "", cfg_md,
             ("Notes:\n" + "\n".join(f"- {n}" for n in notes)) if notes else ""] if x)
         sections = [("### System Info", sysinfo)]
         if target == "transformers":
@@ -723,10 +405,15 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     red.learn(body)
     body = red.text(body).rstrip() + "\n"
     title = red.text(title)
-    return Issue(target, repo, title, body, tuple(notes))
+    return Issue(target, repo, title, body, tuple(notes), tuple(f.rule for f in found))
 
 
 def gh_command(issue: Issue, body_file: str) -> str:
     """The command that files the issue with the GitHub CLI."""
     return (f"gh issue create --repo {issue.repo} --title {shlex.quote(issue.title)} "
             f"--body-file {shlex.quote(body_file)}")
+
+
+__all__ = ["ConfigText", "ExcerptLine", "Issue", "KINDS", "Launch", "LaunchCommand", "LogExcerpt",
+           "PrintedConfig", "TARGETS", "build_issue", "first_error_excerpt", "gather_launch",
+           "gh_command", "printed_config", "read_config", "read_shell_script"]
