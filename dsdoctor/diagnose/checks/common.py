@@ -76,27 +76,8 @@ def fmt_scale(x: Any) -> str:
     return f"{int(x)} (2^{int(p)})" if p.is_integer() else f"{x:g}"
 
 
-def offload_device(ctx: Context, which: str) -> str | None:
-    """Device of ``zero_optimization.offload_<which>`` ("cpu"/"nvme") or None when not offloaded.
-
-    An Accelerate config's ``offload_<which>_device`` counts when the DeepSpeed config is silent.
-    """
-    dev = ctx.cfg_get(f"zero_optimization.offload_{which}.device")
-    if dev is None and ctx.accelerate is not None:
-        dev = ctx.acc_get(f"deepspeed_config.offload_{which}_device")
-    if isinstance(dev, str) and dev.lower() in ("cpu", "nvme"):
-        return dev.lower()
-    return None
 
 
-def zero_stage(ctx: Context) -> int | None:
-    """ZeRO stage from the DeepSpeed config, else the Accelerate config; None when unknown."""
-    if ctx.ds is not None and ctx.cfg_has("zero_optimization.stage"):
-        return ctx.zero_stage()
-    st = ctx.acc_get("deepspeed_config.zero_stage")
-    if isinstance(st, int) and not isinstance(st, bool):
-        return st
-    return 0 if ctx.ds is not None else None
 
 
 def trainer_arg(ctx: Context, name: str) -> Any:
@@ -192,16 +173,14 @@ def param_count(ctx: Context) -> tuple[int | None, int | None, str]:
 
 
 def gpu_total_bytes(ctx: Context) -> tuple[int | None, str]:
-    """Memory of one GPU: the OOM message's total capacity, else the env snapshot, else the log."""
+    """Memory of one GPU: the OOM message's total capacity (the GPU that failed), else the run's."""
     t = vals(ctx.symptom("gpu-oom"), "total_bytes", "max")
     if isinstance(t, (int, float)) and t > 0:
         return int(t), "the OOM message"
-    g = ctx.gpu_memory_bytes()
-    if g:
-        return g, "the env snapshot"
-    for gpu in log_facts(ctx).gpus:
-        if isinstance(gpu.get("total_bytes"), int):
-            return gpu["total_bytes"], "nvidia-smi in the log"
+    known = ctx.run.gpu_memory_bytes
+    if known is not None and isinstance(known.value, int) and known.value > 0:
+        return known.value, ("the env snapshot" if known.source.kind == "env"
+                             else "nvidia-smi in the log")
     return None, ""
 
 
@@ -294,15 +273,6 @@ def strip_strings(v: Any) -> Any:
 # ------------------------------------------------------------------------------------ helpers
 
 
-def package_version(ctx: Context, name: str) -> tuple[str | None, str]:
-    """A package's version from the env snapshot, else from the log; with its source."""
-    v = ctx.env_get(f"packages.{name}")
-    if isinstance(v, str):
-        return v, "env"
-    v = log_facts(ctx).version(name)
-    if isinstance(v, str):
-        return v, "log"
-    return None, ""
 
 
 def symptom_evidence(ctx: Context, *kinds: str) -> tuple[Evidence, ...]:

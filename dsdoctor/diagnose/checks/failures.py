@@ -8,13 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-from dsdoctor.diagnose.checks.common import (
-    finding,
-    log_facts,
-    vals,
-    version_tuple,
-    zero_stage,
-)
+from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
+from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
 
@@ -152,8 +147,8 @@ def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
                  "DS_BUILD_CPU_ADAM=1) pip install deepspeed --no-build-isolation --no-cache-dir, "
                  "then check with ds_report")
     vers = []
-    torch_v = ctx.env_get("packages.torch") or lf.version("torch")
-    ds_v = ctx.env_get("packages.deepspeed") or lf.version("deepspeed")
+    torch_v = package_version(ctx, "torch")[0]
+    ds_v = package_version(ctx, "deepspeed")[0]
     if torch_v:
         vers.append(f"torch {torch_v}")
     if ds_v:
@@ -280,7 +275,7 @@ def offload_client_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     opt = vals(s, "optimizer", "first")
     what = f" ({opt})" if opt else ""
-    ds_v = ctx.env_get("packages.deepspeed") or log_facts(ctx).version("deepspeed")
+    ds_v = package_version(ctx, "deepspeed")[0]
     old = ""
     dsv = version_tuple(ds_v)
     if dsv is not None and dsv < (0, 8, 3):

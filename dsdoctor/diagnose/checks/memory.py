@@ -15,12 +15,16 @@ from dsdoctor.diagnose.checks.common import (
     gib1,
     gpu_total_bytes,
     log_facts,
-    offload_device,
     param_count,
     trainer_arg,
     truthy,
     vals,
-    written_stage,
+)
+from dsdoctor.diagnose.checks.runfacts import (
+    cpu_ram_bytes,
+    gpu_memory_bytes,
+    offload_device,
+    world_size,
     zero_stage,
 )
 from dsdoctor.facts.context import Context
@@ -42,7 +46,7 @@ def _model_states_gpu(ctx: Context, stage: int, opt: bool, param: bool) -> int |
     total, largest, _ = param_count(ctx)
     if not total:
         return None
-    gpus = ctx.world_size or 1
+    gpus = world_size(ctx) or 1
     row = offload_need(stage, total, largest or 0, gpus, 1, opt, param)
     return row.gpu_bytes
 
@@ -195,7 +199,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
     stage = zero_stage(ctx)
     total, largest, src = param_count(ctx)
-    ram = ctx.env_get("cpu.ram_total_bytes")
+    ram = cpu_ram_bytes(ctx)
     launch = lf.best_launch()
     script = (launch.script if launch else None) or ""
     if "zero_to_fp32" in script or any("zero_to_fp32" in e.text for e in s.evidence):
@@ -204,7 +208,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
                      "directly (stage3_gather_16bit_weights_on_model_save: true)")
     if (opt == "cpu" or par == "cpu") and total:
         gpus = ctx.env_get("gpus")
-        per_node = len(gpus) if isinstance(gpus, list) and gpus else (ctx.world_size or 1)
+        per_node = len(gpus) if isinstance(gpus, list) and gpus else (world_size(ctx) or 1)
         row = offload_need(stage or 2, total, largest or 0, per_node, lf.nodes or 1,
                            opt == "cpu", par == "cpu")
         bits.append(f"The config offloads to CPU ({'optimizer' if opt else ''}"
@@ -221,7 +225,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
         fixes.append("offload less (offload_param back to GPU first), or NVMe offload "
                      '(ZeRO-3, device "nvme" with nvme_path) instead of CPU')
     if total and not (stage and stage >= 3):
-        n = ctx.world_size or 1
+        n = world_size(ctx) or 1
         bits.append(f"Every rank loads the whole model into RAM before DeepSpeed partitions it "
                     f"({n} rank(s) x {total * 4 / 2**30:.1f} GiB in fp32).")
     fixes.append("with ZeRO-3, create TrainingArguments (Trainer) or HfDeepSpeedConfig "
@@ -245,8 +249,8 @@ def _gpus_per_node(ctx: Context) -> tuple[int, str]:
         if isinstance(n, int) and n > 0:
             return n, "launcher log"
     lf = log_facts(ctx)
-    if ctx.world_size and (lf.nodes or 1) == 1:
-        return ctx.world_size, "world size"
+    if world_size(ctx) and (lf.nodes or 1) == 1:
+        return world_size(ctx), "world size"
     return 1, "assumed (give --env)"
 
 
@@ -263,7 +267,7 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
         ctx.missing(rule.code, "the parameter count for DeepSpeed's offload estimate",
                     "--model PATH")
         return
-    ram = ctx.env_get("cpu.ram_total_bytes")
+    ram = cpu_ram_bytes(ctx)
     if not isinstance(ram, int) or ram <= 0:
         ctx.missing(rule.code, "CPU RAM against the offload estimate", "--env snapshot.json")
         return
@@ -312,7 +316,7 @@ _DEFAULT_BUCKET = 500_000_000  # DeepSpeed's default reduce/allgather bucket (el
 
 def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
     """ZeRO-1/2 overlap_comm holds about 4.5 x (allgather + reduce buckets) in 16-bit values."""
-    stage = written_stage(ctx)
+    stage = zero_stage(ctx)
     if stage not in (1, 2) or ctx.cfg_get("zero_optimization.overlap_comm") is not True:
         return
     sizes: dict[str, float] = {}
@@ -332,8 +336,9 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
         else:
             return
     need = 4.5 * 2 * (sizes["allgather_bucket_size"] + sizes["reduce_bucket_size"])
-    gpu = ctx.gpu_memory_bytes()
-    source = "--env" if ctx.env_get("gpus") else "the log"
+    gpu = gpu_memory_bytes(ctx)
+    known_gpu = ctx.run.gpu_memory_bytes
+    source = "--env" if known_gpu is not None and known_gpu.source.kind == "env" else "the log"
     if not gpu:
         ctx.missing(rule.code, "the overlap_comm buckets against GPU memory", "--env")
         return

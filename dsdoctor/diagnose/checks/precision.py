@@ -17,13 +17,13 @@ from dsdoctor.diagnose.checks.common import (
     fp16_in_use,
     log_facts,
     model_name,
-    package_version,
     pre_ampere_gpus,
     symptom_evidence,
     trainer_arg,
     vals,
     version_tuple,
 )
+from dsdoctor.diagnose.checks.runfacts import package_version
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Evidence, Finding, Symptom
 

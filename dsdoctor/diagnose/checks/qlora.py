@@ -9,16 +9,12 @@ from typing import Any, Iterator
 from dsdoctor.diagnose.checks.common import (
     enabled,
     finding,
-    offload_device,
-    package_version,
     script_evidence,
     show_json,
-    truthy,
     truthy_arg,
     version_tuple,
-    written_stage,
-    zero_stage,
 )
+from dsdoctor.diagnose.checks.runfacts import offload_device, package_version, qlora, zero_stage
 from dsdoctor.diagnose.checks.trainer import _deepspeed_in_use
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
@@ -66,20 +62,11 @@ QLORA_ZERO3_MIN = (("bitsandbytes", (0, 43, 0), ">="), ("accelerate", (0, 28, 0)
                    ("peft", (0, 9, 0), ">"))
 
 
-def _qlora_loaded(ctx: Context) -> bool:
-    if truthy(ctx.trainer_args.get("use_4bit_quantization")) or \
-            truthy(ctx.trainer_args.get("load_in_4bit")):
-        return True
-    for sc in ctx.scripts:
-        if any(d.key.startswith("bnb_4bit") for d in sc.dtypes):
-            return True
-    q = (ctx.model_config or {}).get("quantization_config")
-    return isinstance(q, dict) and bool(q.get("load_in_4bit"))
 
 
 def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS209: QLoRA + ZeRO-3 with packages older than PEFT's guide requires."""
-    if zero_stage(ctx) != 3 or not _qlora_loaded(ctx):
+    if zero_stage(ctx) != 3 or not qlora(ctx).loaded_4bit:
         return
     old, unknown = [], []
     for pkg, minimum, op in QLORA_ZERO3_MIN:
@@ -108,7 +95,7 @@ def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 def qlora_zero3_cpu_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS210: QLoRA with ZeRO-3 and CPU offload uses more GPU memory, not less."""
-    if zero_stage(ctx) != 3 or not _qlora_loaded(ctx):
+    if zero_stage(ctx) != 3 or not qlora(ctx).loaded_4bit:
         return
     opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
     if "cpu" not in (opt, par):
@@ -168,22 +155,6 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
             "(and use peft's fsdp_auto_wrap_policy)")
 
 
-def _qlora(ctx: Context) -> tuple[bool | None, str]:
-    """(4-bit quantized training?, where that was seen)."""
-    for k in ("use_4bit_quantization", "load_in_4bit"):
-        if k in ctx.trainer_args and truthy_arg(ctx.trainer_args[k]):
-            return True, f"--{k}"
-    if str(ctx.trainer_args.get("quantization_bit", "")) == "4":
-        return True, "--quantization_bit 4"
-    q = (ctx.model_config or {}).get("quantization_config")
-    if isinstance(q, dict) and (q.get("load_in_4bit") is True or q.get("_load_in_4bit") is True):
-        return True, "the model's quantization_config"
-    for path, src in ctx.script_sources.items():
-        if "load_in_4bit=True" in src.replace(" ", "") or "bnb_4bit_quant_type" in src:
-            return True, path
-    if ctx.trainer_args or ctx.script_sources or ctx.model_config:
-        return False, ""
-    return None, ""
 
 
 def _quant_storage(ctx: Context) -> tuple[str | None, str]:
@@ -215,7 +186,8 @@ def _mixed_fp16(ctx: Context) -> str | None:
 
 def qlora_storage_dtype(ctx: Context, rule: Any) -> Iterator[Finding]:
     """QLoRA with fp16 mixed precision needs bnb_4bit_quant_storage float32."""
-    q, q_where = _qlora(ctx)
+    found = qlora(ctx)
+    q, q_where = found.loaded_4bit, found.where
     if not q:
         return
     fp16 = _mixed_fp16(ctx)
@@ -250,9 +222,10 @@ def qlora_storage_dtype(ctx: Context, rule: Any) -> Iterator[Finding]:
 def qlora_zero3_init(ctx: Context, rule: Any) -> Iterator[Finding]:
     """QLoRA + ZeRO-3 through Accelerate needs zero3_init_flag: true."""
     acc = ctx.accelerate
-    if acc is None or written_stage(ctx) != 3:
+    if acc is None or zero_stage(ctx) != 3:
         return
-    q, q_where = _qlora(ctx)
+    found = qlora(ctx)
+    q, q_where = found.loaded_4bit, found.where
     if q is None:
         ctx.missing(rule.code, "whether the model is loaded in 4 bits (QLoRA)", "--script or --model")
         return

@@ -15,15 +15,14 @@ from dsdoctor.diagnose.checks.common import (
     has_string_number,
     lintable,
     log_facts,
-    package_version,
     same_value,
     script_evidence,
     show_json,
     strip_strings,
     truthy_arg,
     version_tuple,
-    zero_stage,
 )
+from dsdoctor.diagnose.checks.runfacts import package_version, world_size, zero_stage
 from dsdoctor.facts import dskeys
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
@@ -48,7 +47,7 @@ def zero3_generate_without_synced_gpus(ctx: Context, rule: Any) -> Iterator[Find
         return
     if stage != 3:
         return
-    if ctx.world_size == 1:
+    if world_size(ctx) == 1:
         return
     tf, tf_src = package_version(ctx, "transformers")
     tfv = version_tuple(tf)
@@ -86,7 +85,7 @@ def zero3_generate_without_synced_gpus(ctx: Context, rule: Any) -> Iterator[Find
                               "it is not set automatically)")
     if not flagged:
         return
-    ws = (f"{ctx.world_size} ranks" if ctx.world_size else "several ranks (world size unknown)")
+    ws = (f"{world_size(ctx)} ranks" if world_size(ctx) else "several ranks (world size unknown)")
     sev = "error" if hang is not None else "warning"
     tail = (f" The log shows the hang: a collective timed out at line {hang.first.line}."
             if hang is not None else " Expect a hang at the first generate() where the ranks' "
@@ -184,7 +183,9 @@ def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
     tb, mb, gas = (nums[k] for k in _BATCH)
     if tb is None or mb is None:
         return  # DeepSpeed derives the missing one; "auto"/strings are DS310/DS318's business
-    world = ctx.world_size
+    world = world_size(ctx)
+    known_world = ctx.run.world_size
+    world_source = known_world.source.describe() if known_world is not None else ""
     if gas is not None:
         per_rank = mb * gas
         if world:
@@ -193,7 +194,7 @@ def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
                 yield finding(
                     f"train_batch_size is {fmt_number(tb)} but train_micro_batch_size_per_gpu x "
                     f"gradient_accumulation_steps x world size = {fmt_number(mb)} x {fmt_number(gas)} x "
-                    f"{world} = {fmt_number(expect)} (world size {world} from the {ctx.world_size_source}): "
+                    f"{world} = {fmt_number(expect)} (world size {world} from the {world_source}): "
                     f"DeepSpeed stops with 'Check batch related parameters. train_batch_size is not "
                     f"equal to micro_batch_per_gpu * gradient_acc_step * world_size "
                     f"{fmt_number(tb)} != {fmt_number(mb)} * {fmt_number(gas)} * {world}'.",
@@ -321,9 +322,9 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     out.append(("train_micro_batch_size_per_gpu", "per_device_train_batch_size", num(mb), mb_x))
     out.append(("gradient_accumulation_steps", "gradient_accumulation_steps", num(gas), gas_x))
     mb_n, gas_n = as_numlike(mb), as_numlike(gas)
-    if ctx.world_size and mb_n is not None and gas_n is not None:
+    if world_size(ctx) and mb_n is not None and gas_n is not None:
         out.append(("train_batch_size", "world_size x per_device_train_batch_size x "
-                    "gradient_accumulation_steps", int(ctx.world_size * mb_n * gas_n), mb_x or gas_x))
+                    "gradient_accumulation_steps", int(world_size(ctx) * mb_n * gas_n), mb_x or gas_x))
     v, x = _arg(ctx, "max_grad_norm")
     out.append(("gradient_clipping", "max_grad_norm", num(v), x))
     lr, lr_x = _arg(ctx, "learning_rate")
