@@ -108,8 +108,13 @@ def precision_flag(ctx: Context, key: str) -> Any:
 
 
 def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
-    """Where fp16 mixed precision is switched on: [(config_path or argument, description)]."""
+    """Where fp16 mixed precision is switched on: [(config_path or argument, description)].
+
+    Empty when the run model says the run is in bf16 (DeepSpeed then ignores a leftover fp16 flag).
+    """
     out: list[tuple[str, str]] = []
+    if ctx.run.value("precision") == "bf16":
+        return out
     en = precision_flag(ctx, "fp16.enabled")
     if en is True:
         where = "the DeepSpeed config" if ctx.ds_source != "log" else "the engine's printed config"

@@ -23,7 +23,7 @@ from dsdoctor.diagnose.checks.common import (
     vals,
     version_tuple,
 )
-from dsdoctor.diagnose.checks.runfacts import package_version
+from dsdoctor.diagnose.checks.runfacts import initial_scale_power, package_version, precision
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Evidence, Finding, Symptom
 
@@ -33,6 +33,8 @@ from dsdoctor.model import Evidence, Finding, Symptom
 #: More overflows than this, or a scale this low, is not the start-up search of the scaler.
 _BURST_MAX = 50
 _LOW_SCALE = 8.0
+#: The guide's initial_scale_power for a scaler that cannot find a scale (2**32).
+_SCALE_POWER_FIX = 32
 
 
 def _lowest_scale(s: Symptom) -> Any:
@@ -102,7 +104,8 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
     why = ("This is not the start-up search: the scale keeps halving because the fp16 "
            "gradients overflow whatever the scale, so every step is skipped (the model does "
            "not learn) or the run stops")
-    power = ctx.cfg_get("fp16.initial_scale_power")
+    known_power = initial_scale_power(ctx)
+    power = known_power.value if known_power is not None else None
     bf16 = bf16_model(ctx)
     fixes = []
     path = None
@@ -110,13 +113,21 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
         fixes.append(f"train in bf16 instead of fp16 ({bf16}): "
                      '"bf16": {"enabled": true}, "fp16": {"enabled": false} (Ampere or newer), '
                      "or fp32")
-    if ctx.cfg_has("fp16"):
+    if power is None:
+        fixes.append("raise fp16.initial_scale_power to 32 (DeepSpeed's default is 16; give "
+                     "--config ds_config.json to see the run's value)")
+    elif power < _SCALE_POWER_FIX:
         path = "fp16.initial_scale_power"
-        old = power if isinstance(power, int) else 16
-        fixes.append(f'raise fp16.initial_scale_power from {old} to 32 (the guide\'s fix when '
-                     "the scaler cannot find a scale)")
+        src = " (DeepSpeed's default)" if known_power is not None and \
+            known_power.source.kind == "default" else ""
+        fixes.append(f"raise fp16.initial_scale_power from {power}{src} to {_SCALE_POWER_FIX} "
+                     "(the guide's fix when the scaler cannot find a scale)")
     else:
-        fixes.append("raise fp16.initial_scale_power to 32 in the DeepSpeed config")
+        # The start is already high: the overflows come from the gradients, not from the scale.
+        path = "fp16.enabled"
+        fixes.append(f"fp16.initial_scale_power is already {power}, so a higher start will not "
+                     "help: the gradients overflow fp16 whatever the scale; lower the learning "
+                     "rate and set gradient_clipping")
     if not bf16:
         fixes.append("or switch to bf16 (Ampere or newer GPUs) / fp32")
     yield finding("; ".join(parts) + f". {why}.",
@@ -136,7 +147,12 @@ def nan_loss(ctx: Context, rule: Any) -> Iterator[Finding]:
     path = None
     bf16 = bf16_model(ctx)
     fp16 = fp16_in_use(ctx)
-    if bf16 and fp16:
+    in_bf16 = precision(ctx) == "bf16"
+    if in_bf16:
+        # bf16 has fp32's exponent range: no precision switch fixes a NaN here.
+        causes.append("not the number format: the run is in bf16 (bf16 has the range of fp32, so "
+                      "values do not overflow the way fp16's do)")
+    elif bf16 and fp16:
         causes.append(f"the model was pretrained in bf16 ({bf16}) and runs in fp16 "
                       f"({fp16[0][1]}): its activations exceed fp16's range (max 65504)")
         fixes.append("train in bf16 (Ampere or newer) or fp32, not fp16")
@@ -162,8 +178,8 @@ def nan_loss(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not causes:
         causes.append("no precision or learning-rate cause is visible in the inputs given")
     if not fixes:
-        fixes.append("check the data for empty/all-masked batches, lower the learning rate, "
-                     "and compare with a run in fp32")
+        fixes.append("check the data for empty/all-masked batches and lower the learning rate"
+                     + ("" if in_bf16 else ", and compare with a run in fp32"))
     where = f"first at line {s.first.line}" + (f", {s.count} times" if s.count > 1 else "")
     yield finding(f"The loss or gradient norm became NaN/inf ({where}). Likely cause(s): "
                   + "; ".join(causes) + ".", fix="; ".join(fixes) + ".", path=path,

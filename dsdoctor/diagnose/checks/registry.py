@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from dsdoctor.diagnose.checks import config_keys, failures, memory, precision, qlora, trainer, zero
+from dsdoctor.diagnose.checks import (
+    config_keys,
+    failures,
+    memory,
+    oom,
+    precision,
+    qlora,
+    trainer,
+    zero,
+)
 
 CheckFn = Callable[[Any, Any], Iterable[Any]]
 
@@ -18,7 +27,7 @@ CHECKS: dict[str, CheckFn] = {
     "loss_scale_collapse": precision.loss_scale_collapse,  # DS102
     "nan_loss": precision.nan_loss,  # DS103
     "loss_stuck_at_zero": precision.loss_stuck_at_zero,  # DS104
-    "gpu_out_of_memory": memory.gpu_out_of_memory,  # DS105
+    "gpu_out_of_memory": oom.gpu_out_of_memory,  # DS105
     "cpu_oom_killed": memory.cpu_oom_killed,  # DS106
     "collective_timeout": failures.collective_timeout,  # DS107
     "op_build_failure": failures.op_build_failure,  # DS108
