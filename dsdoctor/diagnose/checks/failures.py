@@ -258,10 +258,17 @@ def batch_size_assertion(ctx: Context, rule: Any) -> Iterator[Finding]:
         msg += (f" {tb} would fit {tb // (mi * ac)} GPUs: the run had {wo} rank(s); was the "
                 "launcher given fewer GPUs than the config assumes?")
     change = None
-    if ctx.cfg_get("train_batch_size") == tb:
-        change = {"path": "train_batch_size", "old": tb, "new": prod}
-    fix = (f"Set train_batch_size to {prod} (or \"auto\" with the Trainer), or remove it and "
-           "let DeepSpeed compute it from the other two.")
+    written = ctx.cfg_get("train_batch_size") if ctx.ds_source != "log" else None
+    if written == tb:
+        change = {"op": "set", "path": "train_batch_size", "old": tb, "new": prod}
+    if written == prod and ctx.ds is not None:
+        # The config given already has the value the log asks for: it is not the failing run's.
+        fix = (f"The config given ({ctx.ds.path}) already has train_batch_size {prod}: the log "
+               "is from a run with another config (an older copy, or another file); launch with "
+               "this one.")
+    else:
+        fix = (f"Set train_batch_size to {prod} (or \"auto\" with the Trainer), or remove it and "
+               "let DeepSpeed compute it from the other two.")
     yield finding(msg, fix=fix, path="train_batch_size", evidence=s.evidence, change=change)
 
 
