@@ -133,8 +133,13 @@ def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
 
 
 def bf16_in_use(ctx: Context) -> list[tuple[str, str]]:
-    """Where bf16 is switched on: [(config_path or argument, description)]."""
+    """Where bf16 is switched on: [(config_path or argument, description)].
+
+    Empty when the run model says the run is in another precision (a leftover flag, not the run).
+    """
     out: list[tuple[str, str]] = []
+    if ctx.run.value("precision") not in (None, "bf16"):
+        return out
     en = precision_flag(ctx, "bf16.enabled")
     if en is True or (en == "auto" and truthy(trainer_arg(ctx, "bf16"))):
         out.append(("bf16.enabled", '"bf16": {"enabled": true} in the DeepSpeed config'))

@@ -129,7 +129,7 @@ def values_rejected(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     table = dskeys.table_for(ctx.ds_version)
     for bad in table.check_values(doc.data):
-        hint = ' (or "auto" under the Trainer)' if ctx.uses_trainer else ""
+        hint = ' (or "auto" under the Trainer)' if ctx.run.value("uses_trainer") else ""
         yield finding(
             f"{bad.path} is {show_json(bad.value)}: DeepSpeed {table.release} refuses it at "
             f"deepspeed.initialize ({bad.reason}; pydantic ValidationError).",

@@ -132,7 +132,7 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
     nodes = log_facts(ctx).nodes or 1
     # The HF Trainer / Accelerate use zero.Init under ZeRO-3; an own loop needs HfDeepSpeedConfig.
     zero_init = True
-    if stage >= 3 and ctx.scripts and not ctx.uses_trainer \
+    if stage >= 3 and ctx.scripts and not ctx.run.value("uses_trainer") \
             and not any(sc.hf_ds_configs or sc.uses_accelerate for sc in ctx.scripts):
         zero_init = False
     row = offload_need(stage, total, largest or 0, gpn, nodes, opt == "cpu", par == "cpu",

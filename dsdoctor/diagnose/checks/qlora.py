@@ -114,6 +114,10 @@ def qlora_zero3_cpu_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
 # ------------------------------------------------------------ DS315-DS317 PEFT / QLoRA
 
 def _uses_peft(ctx: Context) -> bool | None:
+    """PEFT adapters in this run: the run model when it knows, else the scripts and arguments."""
+    known = ctx.run.peft
+    if known is not None:
+        return bool(known.value)
     if any(getattr(s, "uses_peft", False) for s in ctx.scripts):
         return True
     for k in ("use_peft_lora", "use_peft", "lora_r", "lora_rank", "lora_alpha", "finetuning_type",

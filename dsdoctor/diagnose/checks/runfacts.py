@@ -58,7 +58,7 @@ def stage_source(ctx: Context) -> str:
         return ""
     src = known.source
     if src.kind == "log-frames":
-        return f"stage3.py frames in the traceback (line {src.line})"
+        return f"stage3.py frames in the traceback, log line {src.line}"
     if src.kind == "log-config":
         return "the config DeepSpeed printed"
     if src.kind == "default":

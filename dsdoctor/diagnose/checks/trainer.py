@@ -261,7 +261,7 @@ def _auto_effect(path: str, table: dskeys.KeyTable) -> tuple[str, str]:
 def auto_without_trainer(ctx: Context, rule: Any) -> Iterator[Finding]:
     """"auto" values with neither the Trainer nor Accelerate to fill them in."""
     doc = lintable(ctx)
-    if doc is None or ctx.uses_trainer is not False or ctx.uses_accelerate:
+    if doc is None or ctx.run.value("uses_trainer") is not False or ctx.run.value("uses_accelerate"):
         return
     table = dskeys.table_for(ctx.ds_version)
     why = ("the training script does not use the Trainer or Accelerate"
@@ -363,7 +363,7 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     # default arguments can only be wrong.
     if ctx.ds_source == "log":
         return
-    if ctx.uses_trainer and ctx.ds is not None and ctx.trainer_args:
+    if ctx.run.value("uses_trainer") and ctx.ds is not None and ctx.trainer_args:
         for ds_key, hf_name, hf_val, explicit in _pairs(ctx):
             if not ctx.cfg_has(ds_key):
                 continue
