@@ -68,6 +68,14 @@ def test_zero3_traceback_oom_starts_the_ladder_at_stage_3(tmp_path: Path) -> Non
     assert f.config_path == "zero_optimization.sub_group_size"
 
 
+def test_zero3_traceback_outranks_a_config_that_says_stage_2(tmp_path: Path) -> None:
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    f = _one(_run(tmp_path, log=f"{ZERO3_FRAME}\n{OOM_80G}\n", config=cfg), "DS105")
+    assert "ZeRO stage 3" in f.message and "config given says stage 2" in f.message
+    assert "stage 2 -> 3" not in f.fix and "offload_optimizer\": {\"device\": \"cpu\", \"pin" not in f.fix
+    assert "sub_group_size" in f.fix
+
+
 def test_oom_without_any_config_names_the_input_that_would_tell(tmp_path: Path) -> None:
     f = _one(_run(tmp_path, log=OOM_4G + "\n"), "DS105")
     assert f.fix.count(NEED_STAGE) == 1

@@ -227,6 +227,10 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
                      "or stop the other job")
     if known is not None and known.source.kind not in ("config", "default"):
         head += f" The run is at ZeRO stage {stage} ({stage_source(ctx)})."
+        written = ctx.run.zero_stage
+        if written is not None and written.value != stage:
+            head += (f" The config given says stage {written.value} "
+                     f"({written.source.describe()}): maybe not the config of this run.")
     states = ""
     if stage is not None and stage >= 2 and total_params and config_known:
         need = _model_states_gpu(ctx, stage, bool(opt), bool(par))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsdoctor.facts.context import Context
-from dsdoctor.facts.run import Known, Source
+from dsdoctor.facts.run import SOURCE_RANK, Known, Source
 
 #: The one line a check prints when the ZeRO stage is unknown: which input would tell.
 NEED_STAGE = ("give --config ds_config.json (or a log that includes the config DeepSpeed prints "
@@ -33,15 +33,27 @@ def stage_known(ctx: Context) -> Known[int] | None:
     default); with no config at all the stage is unknown (None).
     """
     known = ctx.run.zero_stage
+    frames = _stage_from_frames(ctx)
+    # What the failing run executed outranks what a config says (run.SOURCE_RANK); the run model
+    # records the disagreement as a conflict of its own.
+    if frames is not None and (known is None or (
+            SOURCE_RANK.get(known.source.kind, len(SOURCE_RANK)) > SOURCE_RANK["log-frames"]
+            and known.value != frames.value)):
+        return frames
     if known is not None:
         return known
+    if ctx.ds is not None:
+        return Known(0, Source("default", None, None, "zero_optimization.stage"), "inferred")
+    return None
+
+
+def _stage_from_frames(ctx: Context) -> Known[int] | None:
+    """Stage 3 when the log's traceback runs through deepspeed/runtime/zero/stage3.py."""
     for f in ctx.facts_named("ds-frame"):
         if f.values.get("module") == "stage3":
             ev = f.evidence
             return Known(3, Source("log-frames", ev.file, ev.line, "stage3.py in the traceback"),
                          "inferred")
-    if ctx.ds is not None:
-        return Known(0, Source("default", None, None, "zero_optimization.stage"), "inferred")
     return None
 
 
