@@ -78,9 +78,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
                     "(pinned), on top of what each rank loads.")
         fixes.append(("move offload_param back to GPU first, then " if par == "cpu" else "")
                      + 'offload to NVMe instead of CPU (ZeRO-3, device "nvme" with nvme_path)')
-    elif ctx.ds is None:
-        fixes.append("give --config ds_config.json to know whether the run offloads to CPU "
-                     "(offload adds host memory)")
+    need_config = ctx.ds is None and opt is None and par is None
     if total and not (stage and stage >= 3):
         n = world_size(ctx) or 1
         bits.append(f"Every rank loads the whole model into RAM before DeepSpeed partitions it "
@@ -89,6 +87,9 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
                  "(own loop) before from_pretrained so the model is loaded already partitioned "
                  "(zero.Init), and load in the checkpoint's dtype (torch_dtype)")
     fixes.append("fewer ranks per node loading at once, or more RAM/swap")
+    if need_config:
+        fixes.append("give --config ds_config.json to know whether the run offloads to CPU "
+                     "(offload adds host memory)")
     yield finding(" ".join(bits), fix="; ".join(fixes) + ".",
                   path="zero_optimization.offload_optimizer.device" if opt == "cpu" else None,
                   evidence=s.evidence)

@@ -86,6 +86,8 @@ def oom_numbers(s: Symptom) -> OomNumbers:
 
 def _size(b: int) -> str:
     """Sizes as torch prints them: MiB under a GiB, else GiB."""
+    if b == 0:
+        return "0 bytes"
     return f"{b / 2**20:.2f} MiB" if b < 2**30 else gib(b)
 
 
