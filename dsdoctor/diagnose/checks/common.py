@@ -135,10 +135,10 @@ def fp16_in_use(ctx: Context) -> list[tuple[str, str]]:
 def bf16_in_use(ctx: Context) -> list[tuple[str, str]]:
     """Where bf16 is switched on: [(config_path or argument, description)].
 
-    Empty when the run model says the run is in another precision (a leftover flag, not the run).
+    Empty when the run model says the run is in fp16 (a leftover bf16 flag is not the run).
     """
     out: list[tuple[str, str]] = []
-    if ctx.run.value("precision") not in (None, "bf16"):
+    if ctx.run.value("precision") == "fp16":
         return out
     en = precision_flag(ctx, "bf16.enabled")
     if en is True or (en == "auto" and truthy(trainer_arg(ctx, "bf16"))):
@@ -176,7 +176,7 @@ def param_count(ctx: Context) -> tuple[int | None, int | None, str]:
     pc = getattr(m, "params", None) if m is not None else None
     if pc is not None:
         return pc.total, pc.largest_layer, f"computed from {getattr(m, 'path', 'config.json')}"
-    n = log_facts(ctx).num_params
+    n = ctx.run.value("model_params")
     if isinstance(n, int) and n > 0:
         return n, None, "stated in the log"
     return None, None, ""

@@ -130,7 +130,7 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
         ctx.missing(rule.code, "CPU RAM against the offload estimate", "--env snapshot.json")
         return
     gpn, gpn_src = _gpus_per_node(ctx)
-    nodes = log_facts(ctx).nodes or 1
+    nodes = ctx.run.value("nodes") or 1
     # The HF Trainer / Accelerate use zero.Init under ZeRO-3; an own loop needs HfDeepSpeedConfig.
     zero_init = True
     if stage >= 3 and ctx.scripts and not ctx.run.value("uses_trainer") \

@@ -77,8 +77,9 @@ def fp16_overflow_warmup(ctx: Context, rule: Any) -> Iterator[Finding]:
     after = _steps_after(ctx, s.last)
     tail = (f" Training went on: {after} progress line(s) after the last overflow."
             if after else "")
-    power = ctx.cfg_get("fp16.initial_scale_power")
-    start = f" (fp16.initial_scale_power {power})" if isinstance(power, int) else ""
+    power = initial_scale_power(ctx)
+    start = (f" (fp16.initial_scale_power {power.value})"
+             if power is not None and power.source.kind != "default" else "")
     yield finding(
         f"{_overflow_summary(s)}{start}. A few skipped steps at the start of fp16 training are "
         f"the dynamic loss scaler searching for a scale that fits; it recovered.{tail}",

@@ -177,7 +177,9 @@ def _quant_storage(ctx: Context) -> tuple[str | None, str]:
 
 
 def _mixed_fp16(ctx: Context) -> str | None:
-    """Where fp16 mixed precision is switched on, or None."""
+    """Where fp16 mixed precision is switched on, or None (also when the run is in bf16)."""
+    if ctx.run.value("precision") == "bf16":
+        return None
     if enabled(ctx.cfg_get("fp16.enabled")):
         return "fp16.enabled in the DeepSpeed config"
     if ctx.acc_get("mixed_precision") == "fp16":
