@@ -157,3 +157,15 @@ def test_cpu_oom_with_offload_never_prescribes_more_offload(tmp_path: Path) -> N
     f = _one(_run(tmp_path, log=log, config=cfg), "DS106")
     assert "adds host memory" in f.message
     assert "add \"offload" not in f.fix and "offload_optimizer to cpu" not in f.fix.lower()
+
+
+def test_oom_never_asks_to_shrink_a_batch_of_one(tmp_path: Path) -> None:
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    f = _one(_run(tmp_path, log=OOM_80G + "\n", config=cfg), "DS105")
+    assert "smaller per-device batch" not in f.fix and "train_micro_batch_size_per_gpu" not in f.fix
+    cfg = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
+           "zero_optimization": {"stage": 2}}
+    (tmp_path / "b").mkdir()
+    f = _one(_run(tmp_path / "b", log=OOM_80G + "\n", config=cfg), "DS105")
+    assert "train_micro_batch_size_per_gpu from 8 to 4 and gradient_accumulation_steps from 2 to 4" \
+        in f.fix

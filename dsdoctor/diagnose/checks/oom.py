@@ -206,6 +206,19 @@ def _stage3_steps(ctx: Context, opt: str | None, par: str | None, config_known: 
     return steps, path
 
 
+def _batch_step(ctx: Context) -> str | None:
+    """Halve the per-device batch (and double accumulation), unless it is already 1."""
+    micro = ctx.run.value("micro_batch")
+    if micro == 1:
+        return None  # nothing left to halve
+    if isinstance(micro, int) and micro > 1:
+        accum = ctx.run.value("grad_accum")
+        more = (f" and gradient_accumulation_steps from {accum} to {accum * 2}"
+                if isinstance(accum, int) and accum > 0 else " with more gradient accumulation")
+        return f"train_micro_batch_size_per_gpu from {micro} to {max(1, micro // 2)}{more}"
+    return "a smaller per-device batch with more gradient accumulation"
+
+
 def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS105: CUDA OOM, with the next rung of the memory ladder for this run."""
     s = ctx.symptom("gpu-oom")
@@ -269,7 +282,9 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
         head += f" It happened in the optimizer step ({step_frame})."
     if any(sc.generate_calls for sc in ctx.scripts):
         steps.append("in generate(), fewer beams (num_beams) and a smaller batch")
-    steps.append("a smaller per-device batch with more gradient accumulation")
+    batch = _batch_step(ctx)
+    if batch:
+        steps.append(batch)
     # Which ladder rung would fit the model states in half the GPU (room for activations).
     if total and total_params and stage is not None and config_known:
         for label, st, o, p in LADDER:
