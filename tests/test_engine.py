@@ -54,8 +54,8 @@ def test_shipped_rules_load_and_are_unique() -> None:
     (lambda t: t.replace("name: test-rule", "name: Test_Rule"), "kebab-case"),
     (lambda t: t.replace("when: {config: {path: zero_optimization.stage, equals: 3}}", "when: {symptom: gpu-oom, fact: x}"), "exactly one key"),
     (lambda t: t.replace("when: {config: {path: zero_optimization.stage, equals: 3}}", "when: {symptom: not-a-kind}"), "unknown symptom"),
-    (lambda t: t + "hook: dsdoctor.diagnose.hooks_config:no_such_function\n", "no function"),
-    (lambda t: t + "hook: os:system\n", "dsdoctor.module:function"),
+    (lambda t: t + "hook: no_such_function\n", "not a registered check"),
+    (lambda t: t + "hook: os:system\n", "check name"),
     (lambda t: t.replace("when: {config: {path: zero_optimization.stage, equals: 3}}", "when: {config: {path: a, matches: x}}"), "one test"),
 ])
 def test_invariants_are_checked_at_load(tmp_path: Path, mutate, error: str) -> None:
@@ -328,9 +328,15 @@ def test_rules_never_crash_on_odd_configs(tmp_path_factory) -> None:
     check()
 
 
-def test_a_crashing_rule_becomes_a_note(tmp_path: Path) -> None:
+def test_a_crashing_rule_becomes_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsdoctor.diagnose.checks.registry import CHECKS
+
+    def crash(ctx: object, rule: object) -> list[object]:
+        raise ZeroDivisionError("a bug in a check")
+
+    monkeypatch.setitem(CHECKS, "crashing_check", crash)
     bad = GOOD.replace("when: {config: {path: zero_optimization.stage, equals: 3}}\n",
-                       "hook: dsdoctor.diagnose.engine:find_rule\n")
+                       "hook: crashing_check\n")
     rules = load_rules(_rules_dir(tmp_path, {"DS999-test-rule.yaml": bad}))
     ctx = _ctx({"zero_optimization": {"stage": 3}})
     assert evaluate(ctx, rules) == []
@@ -374,3 +380,21 @@ def test_every_symptom_and_fact_a_rule_needs_is_produced_by_a_format() -> None:
             assert kind in emitted, f"{rule.code}: no format emits symptom {kind!r}"
         for name in facts(rule.when):
             assert f"fact:{name}" in emitted, f"{rule.code}: no format emits fact {name!r}"
+
+
+def test_registry_and_rules_match_both_ways() -> None:
+    """Every shipped rule's hook is a registered check, and every registered check has a rule."""
+    from dsdoctor.diagnose.checks.registry import CHECKS
+
+    hooks = [r.hook for r in load_rules() if r.hook]
+    assert sorted(hooks) == sorted(CHECKS)
+    assert len(set(hooks)) == len(hooks)
+
+
+def test_an_orphan_check_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsdoctor.diagnose import engine
+    from dsdoctor.diagnose.checks.registry import CHECKS
+
+    monkeypatch.setitem(CHECKS, "orphan_check", lambda ctx, rule: [])
+    with pytest.raises(RuleError, match="orphan_check"):
+        engine._check_registry_used(list(load_rules()))

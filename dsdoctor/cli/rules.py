@@ -35,7 +35,9 @@ def rule_markdown(rule: Any) -> str:
     if rule.symptoms:
         lines.append(f"- Log symptoms: {', '.join(f'`{s}`' for s in rule.symptoms)}")
     if rule.hook:
-        lines.append(f"- Check: `{rule.hook}`")
+        fn = rule.hook_fn()
+        where = fn.__module__.replace(".", "/") + ".py" if fn is not None else ""
+        lines.append(f"- Check: `{rule.hook}` ({where})")
     lines += ["", "## What it means", "", rule.summary, "", rule.explanation, "",
               "## Fix", "", rule.fix, ""]
     if rule.references:

@@ -2,7 +2,7 @@
 
 A rule file (``rules/<CODE>-<name>.yaml``) holds a stable code, a problem-naming name, severity,
 title, summary, explanation, fix, references, a declarative ``when:`` condition, an optional
-``hook: module:function`` for arithmetic/AST rules, and examples that must fire and must stay
+``hook: <key>`` naming a check of ``dsdoctor.diagnose.checks.registry.CHECKS`` for arithmetic/AST rules, and examples that must fire and must stay
 silent (run by ``tests/test_rules_examples.py``). Nothing in a rule file is evaluated as code.
 
 Conditions (``when:``), combined freely::
@@ -27,7 +27,6 @@ left empty. A rule without a hook yields one finding from its own texts when ``w
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.resources
 import re
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _CODE = re.compile(r"^DS\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_HOOK = re.compile(r"^dsdoctor\.[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_HOOK = re.compile(r"^[a-z_][a-z0-9_]*$")
 _SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
 _SOURCES = ("config", "accelerate", "env", "args", "model")
 _TESTS = ("equals", "in", "exists", "truthy", "gt", "ge", "lt", "le")
@@ -86,8 +85,8 @@ class Rule:
         return tuple(_walk_symptoms(self.when))
 
     def hook_fn(self) -> HookFn | None:
-        """The hook function, imported on first use."""
-        return _import_hook(self.hook) if self.hook else None
+        """The registered check of this rule (the loader made sure it exists)."""
+        return _checks()[self.hook] if self.hook else None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -108,13 +107,11 @@ def _walk_symptoms(cond: Any) -> Iterable[str]:
                 yield from _walk_symptoms(val)
 
 
-@lru_cache(maxsize=None)
-def _import_hook(spec: str) -> HookFn:
-    module, _, attr = spec.partition(":")
-    fn = getattr(importlib.import_module(module), attr, None)
-    if not callable(fn):
-        raise RuleError(f"hook {spec}: {module} has no function {attr}")
-    return fn
+def _checks() -> dict[str, HookFn]:
+    """The check registry (imported late: the checks import the context, not the engine)."""
+    from dsdoctor.diagnose.checks.registry import CHECKS
+
+    return CHECKS
 
 
 # --------------------------------------------------------------------------------- validation
@@ -176,11 +173,10 @@ def _rule_from_yaml(data: Any, filename: str) -> Rule:
     hook = data.get("hook")
     if hook is not None:
         if not isinstance(hook, str) or not _HOOK.match(hook):
-            raise RuleError(f"{filename}: hook {hook!r} must be 'dsdoctor.module:function'")
-        try:
-            _import_hook(hook)
-        except ImportError as exc:
-            raise RuleError(f"{filename}: hook {hook} cannot be imported ({exc})") from None
+            raise RuleError(f"{filename}: hook {hook!r} must be a check name (snake_case)")
+        if hook not in _checks():
+            raise RuleError(f"{filename}: hook {hook} is not a registered check "
+                            "(dsdoctor/diagnose/checks/registry.py)")
     ex = data["examples"]
     if not isinstance(ex, dict) or not ex.get("fire") or not ex.get("silent"):
         raise RuleError(f"{filename}: needs examples.fire and examples.silent (at least one each)")
@@ -235,7 +231,23 @@ def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
             raise RuleError(f"{filename}: name {rule.name} already used by {names[rule.name]}")
         codes[rule.code], names[rule.name] = filename, filename
         rules.append(rule)
+    if directory is None:
+        _check_registry_used(rules)
     return tuple(rules)
+
+
+def _check_registry_used(rules: list[Rule]) -> None:
+    """Every registered check belongs to a shipped rule, and no two rules share one."""
+    owners: dict[str, str] = {}
+    for rule in rules:
+        if rule.hook is not None:
+            if rule.hook in owners:
+                raise RuleError(f"{rule.file}: hook {rule.hook} already used by {owners[rule.hook]}")
+            owners[rule.hook] = rule.file
+    orphans = sorted(set(_checks()) - set(owners))
+    if orphans:
+        raise RuleError(f"checks registered without a rule: {', '.join(orphans)} "
+                        "(dsdoctor/diagnose/checks/registry.py)")
 
 
 def load_rules(directory: str | None = None) -> list[Rule]:

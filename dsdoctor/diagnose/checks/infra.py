@@ -1,4 +1,4 @@
-"""Hooks of the run-ending failures (DS114-DS119): NCCL, CUDA, /dev/shm, disk, scheduler, checkpoints.
+"""Checks of the run-ending infrastructure failures (DS114-DS119): NCCL, CUDA, /dev/shm, disk, scheduler, checkpoints.
 
 Each hook reads what the failure message itself says (the NCCL reason and version, the CUDA error
 string, the size NCCL wanted in /dev/shm, the path that could not be written, the job id, the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from dsdoctor.diagnose.hooks_symptoms import finding, gib, log_facts, param_count, trainer_arg, vals
+from dsdoctor.diagnose.checks.common import finding, gib, log_facts, param_count, trainer_arg, vals
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Evidence, Finding, Symptom
 

@@ -1,0 +1,1 @@
+"""Rule checks grouped by topic; ``registry.CHECKS`` maps each rule's hook key to its function."""

@@ -1,0 +1,224 @@
+"""Lints of the config file's own keys: duplicates (DS301), unknown keys (DS302, DS303), rejected
+values (DS319), numbers written as strings (DS318), config vs the printed one (DS320).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator
+
+from dsdoctor.diagnose.checks.common import (
+    as_numlike,
+    finding,
+    lintable,
+    same_value,
+    show_json,
+    strip_strings,
+)
+from dsdoctor.diagnose.checks.trainer import _BATCH
+from dsdoctor.facts import dskeys
+from dsdoctor.facts.configfile import ConfigDoc, lookup
+from dsdoctor.facts.context import Context
+from dsdoctor.model import Finding
+
+# ------------------------------------------------------------------------ DS301 duplicate keys
+
+def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """Keys written twice in one object: DeepSpeed refuses the file."""
+    seen: set[str] = set()
+    docs: list[ConfigDoc] = []
+    for doc in ctx.configs:
+        docs.append(doc)
+        if doc.deepspeed is not None:
+            docs.append(doc.deepspeed)
+    for doc in docs:
+        # An Accelerate config's deepspeed_config_file may also be given with --config: once.
+        if doc.path in seen or doc.synthesized:
+            continue
+        seen.add(doc.path)
+        for dup in doc.duplicates:
+            where = "DeepSpeed refuses the file (ValueError: Duplicate keys in DeepSpeed config)" \
+                if doc.kind == "deepspeed" else "YAML keeps the last value without a word"
+            a, b = ((f"{dup.first.line}:{dup.first.col}", f"{dup.pos.line}:{dup.pos.col}")
+                    if dup.first.line == dup.pos.line else (str(dup.first.line), str(dup.pos.line)))
+            yield finding(
+                f"'{dup.path}' is written twice: line {a} and line {b}. "
+                f"{where}; the Trainer's json.load keeps the last value, so the two tools would "
+                f"disagree even if it loaded.",
+                path=dup.path, file=dup.pos.file, line=dup.pos.line,
+                fix=f"delete one of the two '{dup.path.rpartition('.')[2]}' entries "
+                    f"(lines {a} and {b}), keeping the value you mean")
+
+
+# ------------------------------------------------------------------ DS302/DS303 unknown keys
+
+def _release_story(path: str, value: Any) -> str:
+    """Which releases refuse, ignore or read this key."""
+    refuse, ignore, read = [], [], []
+    rejecting = dskeys.releases_rejecting(path, value)
+    for rel in dskeys.available_releases():
+        t = dskeys.table_for(rel)
+        if rel in rejecting:
+            refuse.append(rel)
+        elif t.is_known(path):
+            read.append(rel)
+        else:
+            ignore.append(rel)
+    parts = []
+    if refuse:
+        parts.append(f"refused by DeepSpeed {', '.join(refuse)}")
+    if ignore:
+        parts.append(f"silently ignored by {', '.join(ignore)}")
+    if read:
+        parts.append(f"read by {', '.join(read)}")
+    return "; ".join(parts)
+
+
+def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
+    doc = lintable(ctx)
+    if doc is None:
+        return
+    table = dskeys.table_for(ctx.ds_version)
+    for u in table.check(doc.data):
+        if u.rejected != rejected:
+            continue
+        value = doc.get(u.path)
+        story = _release_story(u.path, value)
+        mean = f" Did you mean '{u.suggestion}'?" if u.suggestion else ""
+        change = None
+        if u.suggestion and not doc.has(u.suggestion) and u.suggestion.rpartition(".")[0] == u.section:
+            # Renaming a typo inside its own section cannot make a working run worse: the typo
+            # is either refused (the run does not start) or ignored (the default is used).
+            change = {"op": "rename", "path": u.path, "new_path": u.suggestion, "old": value}
+        if (u.section in ("bf16", "bfloat16") and not u.suggestion
+                and u.key in table.section_keys("fp16")):
+            mean = (" It is an fp16 setting: bf16 has fp32's exponent range and needs no loss "
+                    "scaling, so it does nothing here.")
+            change = {"op": "delete", "path": u.path, "old": value}
+        if rejected:
+            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason}."
+                   f"{mean} ({story}.)")
+            fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
+                   else f"delete '{u.path}'")
+        else:
+            effect = ("the whole section is ignored and every key in it takes its default"
+                      if isinstance(value, dict) else "the default value is used instead")
+            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} reads: {u.reason}, so "
+                   f"{effect}.{mean} ({story}.)")
+            fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
+                   else f"delete '{u.path}' or check the DeepSpeed config documentation for the right name")
+        yield finding(msg, path=u.path, fix=fix, change=change)
+
+
+def unknown_keys_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """Unknown keys the target release silently ignores (warning: the setting has no effect)."""
+    yield from _unknown(ctx, rejected=False)
+
+
+def unknown_keys_rejected(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """Unknown or removed keys the target release refuses (error: the run does not start)."""
+    yield from _unknown(ctx, rejected=True)
+
+
+# ------------------------------------------------------------------ DS319 values refused
+
+def values_rejected(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """Values the target release's config models refuse (type, range, choices)."""
+    doc = lintable(ctx)
+    if doc is None:
+        return
+    table = dskeys.table_for(ctx.ds_version)
+    for bad in table.check_values(doc.data):
+        hint = ' (or "auto" under the Trainer)' if ctx.run.value("uses_trainer") else ""
+        yield finding(
+            f"{bad.path} is {show_json(bad.value)}: DeepSpeed {table.release} refuses it at "
+            f"deepspeed.initialize ({bad.reason}; pydantic ValidationError).",
+            path=bad.path,
+            fix=f"set {bad.path} to a value that {bad.reason.replace('must be', 'is', 1)}{hint}")
+
+
+# ------------------------------------------------------------ DS318 numbers written as strings
+
+_NUMERIC_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                 "gradient_clipping", "steps_per_print", "zero_optimization.stage",
+                 "optimizer.params.lr", "optimizer.params.eps", "optimizer.params.weight_decay",
+                 "scheduler.params.warmup_num_steps", "scheduler.params.total_num_steps",
+                 "scheduler.params.warmup_max_lr", "scheduler.params.warmup_min_lr",
+                 "fp16.initial_scale_power", "fp16.loss_scale", "fp16.loss_scale_window",
+                 "fp16.hysteresis", "fp16.min_loss_scale")
+
+
+def numbers_as_strings(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """Numeric settings written as strings ("8"): crashes or silent mismatches."""
+    doc = lintable(ctx)
+    if doc is None:
+        return
+    for key in _NUMERIC_KEYS:
+        v = doc.get(key)
+        if not isinstance(v, str) or v == "auto" or as_numlike(v) is None:
+            continue
+        new = strip_strings(v)
+        if key in _BATCH:
+            effect = ("DeepSpeed computes with it and crashes at deepspeed.initialize with a "
+                      "TypeError (e.g. 'unsupported operand type(s) for //: 'str' and 'int'')")
+            sev = "error"
+        elif key.startswith(("optimizer.", "scheduler.")) or key == "gradient_clipping":
+            effect = "DeepSpeed passes the string on, and the optimizer/engine fails when it computes with it"
+            sev = "error"
+        else:
+            effect = "DeepSpeed's config model converts it, but the Trainer's check compares it with a number and reports a mismatch"
+            sev = "warning"
+        yield finding(
+            f"{key} is the string {show_json(v)}, not the number {show_json(new)}: {effect}.",
+            path=key, severity=sev, fix=f"write {key}: {show_json(new)} (no quotes)",
+            change={"op": "set", "path": key, "old": v, "new": new})
+
+
+# ------------------------------------------------------------ DS320 --config vs the log's config
+
+def _leaves(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _leaves(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, data
+
+
+def config_differs_from_log(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """The config given with --config is not the one the logged run used."""
+    if ctx.ds is None or ctx.ds_source not in ("config", "accelerate") or not ctx.ds_from_log:
+        return
+    lf = ctx.log_facts
+    ev_map = getattr(lf, "evidence", None) or {}
+    evidence = tuple(e for e in (ev_map.get("ds-config-json") or ev_map.get("engine-config"),) if e)
+    where = ("the user config the engine printed (json = {...})"
+             if getattr(lf, "ds_config_source", None) == "json"
+             else "the engine's printed configuration")
+    diffs: list[tuple[str, Any, Any]] = []
+    missing = object()
+    for path, mine in _leaves(ctx.ds.data):
+        if mine == "auto" or isinstance(mine, (dict, list)) and not mine:
+            continue
+        theirs = lookup(ctx.ds_from_log, path, missing)
+        if theirs is missing or theirs == "auto":
+            continue
+        # Accelerate (so the Trainer too) always overwrites steps_per_print with inf
+        # (accelerate/utils/dataclasses.py): not a sign of another config.
+        if path == "steps_per_print" and isinstance(theirs, float) and math.isinf(theirs):
+            continue
+        a, b = as_numlike(mine), as_numlike(theirs)
+        if same_value(mine, theirs) or (a is not None and b is not None and math.isclose(a, b)):
+            continue
+        # DeepSpeed normalizes names it prints ("AdamW" -> "adamw", enums as their value).
+        if isinstance(mine, str) and isinstance(theirs, str) and \
+                mine.strip().lower() == theirs.strip().lower().rpartition(".")[2]:
+            continue
+        diffs.append((path, mine, theirs))
+    for path, mine, theirs in diffs[:10]:
+        yield finding(
+            f"{path} is {show_json(mine)} in {ctx.ds.path}, but the run in the log used "
+            f"{show_json(theirs)} ({where}): the log was not produced with this config, or the config "
+            f"changed since. Findings that combine the two may not apply.",
+            path=path, evidence=evidence,
+            fix=f"give the config the logged run really used, or rerun with this one "
+                f"({path}: {show_json(theirs)} in the log)")

@@ -1,0 +1,374 @@
+"""Checks of run failures the log shows: collective timeouts (DS107), op builds (DS108), Trainer
+vs DeepSpeed in the log (DS109), batch assertions (DS110), client optimizer with offload
+(DS111), ports (DS112) and ranks that exited non-zero (DS113).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
+from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
+from dsdoctor.facts.context import Context
+from dsdoctor.model import Finding
+
+# ------------------------------------------------------------------------ DS107 hang/timeouts
+
+
+_TIMEOUT_TEXT = re.compile(r"timed out|timeout|watchdog|store based barrier|NCCL", re.I)
+
+
+def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS107: a collective or barrier timed out; rank the causes this run makes likely."""
+    s = ctx.symptom("hang")
+    if s is None:
+        return
+    op = vals(s, "op", "first")
+    timeout = vals(s, "timeout_ms", "max")
+    ws = vals(s, "world_size", "max")
+    joined = vals(s, "joined", "min")
+    lost_peer = any(re.search(r"closed by peer|connection reset|lost peer", e.text, re.I)
+                    for e in s.evidence)
+    head = (f"A collective lost its peer: the connection to another rank closed (line "
+            f"{s.first.line}" if lost_peer else
+            f"A collective operation or barrier timed out (line {s.first.line}")
+    if op:
+        head += f", op {op}"
+    if isinstance(timeout, (int, float)):
+        head += f", timeout {timeout / 1000:g} s"
+    head += ")."
+    causes: list[str] = []
+    fixes: list[str] = []
+    path = None
+    # 1. A rank that died first: the others wait for it until the timeout.
+    hang_lines = {(e.file, e.line) for e in s.evidence}
+    consequence = False
+    for kind in ("gpu-oom", "cpu-oom", "python-exception"):
+        other = ctx.symptom(kind)
+        if other is None:
+            continue
+        if kind == "python-exception":
+            # The timeout itself is raised as an exception: only another error counts.
+            own = [e for e in other.evidence if (e.file, e.line) not in hang_lines
+                   and not _TIMEOUT_TEXT.search(e.text)]
+            if not own:
+                continue
+            where = own[0]
+        else:
+            where = other.first
+        causes.append(f"another rank failed ({kind} at line {where.line}) and the others "
+                      "lost it or waited for it until the timeout; fix that failure")
+        consequence = True
+        break
+    # 2. Store barrier: not all workers started.
+    if isinstance(ws, int) and isinstance(joined, int) and joined < ws:
+        causes.append(f"only {joined} of {ws} workers reached the rendezvous: some ranks never "
+                      "started (another node not launched, wrong hostfile or MASTER_ADDR, "
+                      "blocked port, or a rank crashed during start-up)")
+        fixes.append("check that every node runs the launcher with the same MASTER_ADDR/"
+                     "MASTER_PORT and that the port is reachable from all nodes")
+    elif isinstance(ws, int) and isinstance(joined, int) and joined > ws:
+        causes.append(f"{joined} workers registered at a rendezvous for world_size={ws}: "
+                      "another job uses the same MASTER_ADDR:MASTER_PORT, or keys of an earlier "
+                      "run were left in the store")
+        fixes.append("give each job its own MASTER_PORT (and make sure stale processes of "
+                     "earlier runs are gone)")
+    # 3. ZeRO-3 generate without synced_gpus.
+    stage = zero_stage(ctx)
+    gen = [g for sc in ctx.scripts for g in sc.generate_without_sync()]
+    if stage == 3 and gen:
+        causes.append(f"ZeRO-3 with generate() called without synced_gpus=True "
+                      f"({len(gen)} call(s) in the script): a rank that finishes generating "
+                      "early stops joining the parameter all-gathers (see DS202)")
+        fixes.append("pass synced_gpus=True to generate() (Transformers >= 4.28 does it "
+                     "by itself only when it knows ZeRO-3 is on: HfDeepSpeedConfig, Trainer, "
+                     "Accelerate)")
+    elif stage == 3 and op and "ALLGATHER" in str(op).upper():
+        causes.append("an all-gather under ZeRO-3 (parameter gathering): ranks took different "
+                      "code paths, e.g. generate() without synced_gpus=True, or a forward "
+                      "skipped on one rank")
+        fixes.append("make every rank run the same forward passes; generate(..., "
+                     "synced_gpus=True)")
+    elif stage == 3 and not ctx.scripts:
+        ctx.missing(rule.code, "generate() calls without synced_gpus", "--script train.py")
+    elif stage is None and op and "ALLGATHER" in str(op).upper():
+        causes.append("an all-gather timed out; under ZeRO-3 that is parameter gathering, and "
+                      "the classic cause is generate() without synced_gpus=True on one rank "
+                      "(give --config and --script to check)")
+        ctx.missing(rule.code, "the ZeRO stage behind the all-gather", "--config ds_config.json")
+    if not causes:
+        causes.append("a slow step (checkpoint saving, evaluation or data loading on one "
+                      "rank) longer than the timeout, or a network problem between GPUs/nodes")
+    fixes.append("rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) to see which "
+                 "rank is missing; if a step is legitimately long, raise the timeout "
+                 "(Trainer --ddp_timeout, deepspeed.init_distributed(timeout=...))")
+    # A peer lost because another rank died is fully explained by that rank's finding.
+    if consequence and lost_peer:
+        return
+    # A timeout that only follows another rank's failure is a consequence, not the problem.
+    yield finding(head + " Likely: " + "; ".join(causes) + ".", fix="; ".join(fixes) + ".",
+                  path=path, evidence=s.evidence, severity="warning" if consequence else "")
+
+
+# --------------------------------------------------------------------- DS108 op build failure
+
+
+def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS108: a DeepSpeed op failed to build/load: CUDA mismatch, no CUDA_HOME, ninja, ..."""
+    s = ctx.symptom("op-build-failure")
+    if s is None:
+        return
+    text = " ".join(e.text for e in s.evidence)
+    inst = vals(s, "cuda_installed", "first")
+    torch_cuda = vals(s, "cuda_torch", "first")
+    op = vals(s, "op", "first")
+    lf = log_facts(ctx)
+    msgs: list[str] = []
+    fixes: list[str] = []
+    if inst and torch_cuda:
+        msgs.append(f"the CUDA toolkit found (nvcc {inst}) does not match the CUDA torch was "
+                    f"built with ({torch_cuda})")
+        fixes.append(f"install CUDA toolkit {torch_cuda} and point CUDA_HOME at it, or install "
+                     f"the torch build for CUDA {inst}; for a minor-version mismatch only, "
+                     "DS_SKIP_CUDA_CHECK=1 skips the check")
+    if "CUDA_HOME" in text or "cuda_home" in text.lower():
+        msgs.append("CUDA_HOME is not set or has no nvcc: DeepSpeed cannot compile its CUDA ops")
+        fixes.append("install the CUDA toolkit (nvcc) matching torch and export "
+                     "CUDA_HOME=/usr/local/cuda-X.Y, or use a CUDA devel container")
+    symbol = vals(s, "symbol", "first")
+    if symbol:
+        # The op was built; the process loads an older libstdc++ first (conda's or a package's).
+        msgs.append(f"op {op or '?'} was built but cannot be loaded: the libstdc++ loaded first "
+                    f"lacks {symbol}")
+        fixes.append("make the process load a libstdc++ at least as new as the compiler that "
+                     "built the op (conda install -c conda-forge libstdcxx-ng, or put the system "
+                     "libstdc++ first with LD_PRELOAD), then delete the op's folder under "
+                     "~/.cache/torch_extensions and let it rebuild")
+    if "ninja" in text.lower():
+        msgs.append("the JIT build needs ninja")
+        fixes.append("pip install ninja (and a C++ compiler)")
+    if op and not symbol:
+        msgs.append(f"op {op!r} failed to build")
+    if not fixes:
+        fixes.append("read the compiler error above the failure")
+    fixes.append("or pre-build the ops at install time: DS_BUILD_OPS=1 (or e.g. "
+                 "DS_BUILD_CPU_ADAM=1) pip install deepspeed --no-build-isolation --no-cache-dir, "
+                 "then check with ds_report")
+    vers = []
+    torch_v = package_version(ctx, "torch")[0]
+    ds_v = package_version(ctx, "deepspeed")[0]
+    if torch_v:
+        vers.append(f"torch {torch_v}")
+    if ds_v:
+        vers.append(f"deepspeed {ds_v}")
+    for which, v in lf.cuda.items():
+        vers.append(f"{which} {v}")
+    ver = f" Versions: {', '.join(vers)}." if vers else ""
+    if not vers:
+        ctx.missing(rule.code, "the torch/CUDA/DeepSpeed versions", "--env snapshot.json")
+    yield finding("DeepSpeed op build failed: " + "; ".join(msgs or ["see the log"]) + "." + ver,
+                  fix="; ".join(fixes) + ".", evidence=s.evidence)
+
+
+# ------------------------------------------------------------- DS109 Trainer/DeepSpeed mismatch
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    try:
+        return float(str(a).strip().strip("'\"")) == float(str(b).strip().strip("'\""))
+    except ValueError:
+        return False
+
+
+def trainer_mismatch_in_log(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS109: Transformers/Accelerate refused the config against the arguments."""
+    s = ctx.symptom("config-mismatch")
+    if s is None:
+        return
+    ds_keys = s.values.get("ds_key") or []
+    ds_vals = s.values.get("ds_value") or []
+    hf_keys = s.values.get("hf_key") or []
+    hf_vals = s.values.get("hf_value") or []
+    ds_keys = ds_keys if isinstance(ds_keys, list) else [ds_keys]
+    ds_vals = ds_vals if isinstance(ds_vals, list) else [ds_vals]
+    hf_keys = hf_keys if isinstance(hf_keys, list) else [hf_keys]
+    hf_vals = hf_vals if isinstance(hf_vals, list) else [hf_vals]
+    # Values are aggregated as distinct lists: pair them per evidence line where possible.
+    pairs = []
+    for e in s.evidence:
+        if " vs hf " in e.text and e.text.lstrip("- ").startswith("ds "):
+            left, _, right = e.text.lstrip("- ").partition(" vs hf ")
+            dk, _, dv = left[3:].partition("=")
+            hk, _, hv = right.rpartition("=")
+            pairs.append((dk.strip(), dv.strip(), hk.strip(), hv.strip(), e))
+    if not pairs and ds_keys and "mixed_precision" not in hf_keys:
+        for i, dk in enumerate(ds_keys):
+            pairs.append((dk, ds_vals[i] if i < len(ds_vals) else "?",
+                          hf_keys[i] if i < len(hf_keys) else "?",
+                          hf_vals[i] if i < len(hf_vals) else "?", s.first))
+    seen = set()
+    for dk, dv, hk, hv, e in pairs:
+        if (dk, dv, hk, hv) in seen:
+            continue
+        seen.add((dk, dv, hk, hv))
+        if _same_number(dv, hv):
+            msg = (f"The Trainer reports ds {dk}={dv} vs hf {hk}={hv}: the same number. Your "
+                   f"JSON writes {dk} as a string (\"{dv}\"), and the Trainer compares the "
+                   f"string \"{dv}\" with the number {hv}, so it calls them different.")
+            fix = f"Write {dk} as a number: {dv} without quotes (or \"auto\")."
+        else:
+            msg = (f"The Trainer refused the DeepSpeed config: {dk}={dv} in the config but "
+                   f"{hk}={hv} from the Trainer arguments.")
+            fix = (f'Set {dk} to "auto" so the Trainer fills it from its arguments, or make '
+                   f"both say the same value.")
+        yield finding(msg, fix=fix, path=dk if dk and "|" not in dk else None, evidence=(e,))
+    if not pairs:
+        hk = s.values.get("hf_key")
+        hv = s.values.get("hf_value")
+        dk = s.values.get("ds_key")
+        hk = hk[0] if isinstance(hk, list) and hk else hk
+        hv = hv[0] if isinstance(hv, list) and hv else hv
+        dk = dk[0] if isinstance(dk, list) and dk else dk
+        if hk and dk:
+            msg = (f"Accelerate refused the run: --{hk} {hv} contradicts {dk} in the DeepSpeed "
+                   "config file.")
+            fix = (f'Make them agree: set --{hk} to match the config, or set the config\'s '
+                   f'{dk} section to "auto"/remove it and keep --{hk}.')
+        else:
+            msg = "The Trainer/Accelerate refused the DeepSpeed config against its arguments."
+            fix = 'Use "auto" in the DeepSpeed config for values the Trainer sets.'
+        yield finding(msg + f" (line {s.first.line})", fix=fix,
+                      path=dk if isinstance(dk, str) else None, evidence=s.evidence)
+
+
+# ----------------------------------------------------------------- DS110 batch-size assertion
+
+
+def batch_size_assertion(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS110: DeepSpeed's train_batch_size = micro x accumulation x world assertion failed."""
+    s = ctx.symptom("batch-size-mismatch")
+    if s is None:
+        return
+    tb = vals(s, "train_batch", "last")
+    mi = vals(s, "micro", "last")
+    ac = vals(s, "accum", "last")
+    wo = vals(s, "world", "last")
+    if not all(isinstance(x, int) for x in (tb, mi, ac, wo)):
+        yield finding(f"DeepSpeed's batch-size check failed (line {s.first.line}).",
+                      fix="Make train_batch_size = train_micro_batch_size_per_gpu x "
+                          "gradient_accumulation_steps x number of GPUs, or set them to \"auto\".",
+                      path="train_batch_size", evidence=s.evidence)
+        return
+    prod = mi * ac * wo
+    msg = (f"DeepSpeed requires train_batch_size = micro batch x gradient accumulation x world "
+           f"size, but got {tb} != {mi} x {ac} x {wo} = {prod} (line {s.first.line}).")
+    if tb % (mi * ac) == 0 and tb // (mi * ac) != wo:
+        msg += (f" {tb} would fit {tb // (mi * ac)} GPUs: the run had {wo} rank(s); was the "
+                "launcher given fewer GPUs than the config assumes?")
+    change = None
+    written = ctx.cfg_get("train_batch_size") if ctx.ds_source != "log" else None
+    if written == tb:
+        change = {"op": "set", "path": "train_batch_size", "old": tb, "new": prod}
+    if written == prod and ctx.ds is not None:
+        # The config given already has the value the log asks for: it is not the failing run's.
+        fix = (f"The config given ({ctx.ds.path}) already has train_batch_size {prod}: the log "
+               "is from a run with another config (an older copy, or another file); launch with "
+               "this one.")
+    else:
+        fix = (f"Set train_batch_size to {prod} (or \"auto\" with the Trainer), or remove it and "
+               "let DeepSpeed compute it from the other two.")
+    yield finding(msg, fix=fix, path="train_batch_size", evidence=s.evidence, change=change)
+
+
+# --------------------------------------------------------- DS111 offload with client optimizer
+
+
+def offload_client_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS111: ZeRO-Offload refused a client (non-DeepSpeed) optimizer."""
+    s = ctx.symptom("offload-client-optimizer")
+    if s is None:
+        return
+    opt = vals(s, "optimizer", "first")
+    what = f" ({opt})" if opt else ""
+    ds_v = package_version(ctx, "deepspeed")[0]
+    old = ""
+    dsv = version_tuple(ds_v)
+    if dsv is not None and dsv < (0, 8, 3):
+        old = (f" DeepSpeed {ds_v} is older than 0.8.3, which added "
+               "zero_force_ds_cpu_optimizer: upgrade, or use a config optimizer.")
+    yield finding(
+        f"ZeRO-Offload was given a client optimizer{what}; DeepSpeed only trusts its own "
+        f"CPU optimizer (DeepSpeedCPUAdam) with offload_optimizer (line {s.first.line}).{old}",
+        fix='Define the optimizer in the DeepSpeed config ("optimizer": {"type": "AdamW", '
+            '"params": {...}}, "auto" values with the Trainer) instead of passing one, or add '
+            '"zero_force_ds_cpu_optimizer": false (DeepSpeed >= 0.8.3) to use yours on CPU.',
+        path="zero_force_ds_cpu_optimizer", evidence=s.evidence)
+
+
+# ------------------------------------------------------------------------ DS112 port in use
+
+
+def port_in_use(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS112: the rendezvous port is taken (often a previous run's ranks still alive)."""
+    s = ctx.symptom("port-in-use")
+    if s is None:
+        return
+    port = vals(s, "port", "first")
+    p = port if isinstance(port, int) else 29500
+    launch = log_facts(ctx).best_launch()
+    launcher = launch.launcher if launch else None
+    flag = {"deepspeed": f"deepspeed --master_port {p + 1} ...",
+            "torchrun": f"torchrun --master_port {p + 1} ...",
+            "accelerate": f"accelerate launch --main_process_port {p + 1} ..."}.get(
+        launcher or "", f"--master_port {p + 1} (deepspeed/torchrun), --main_process_port "
+                        f"{p + 1} (accelerate), or MASTER_PORT={p + 1}")
+    yield finding(
+        f"The rendezvous port {p if isinstance(port, int) else '(29500 by default)'} is already "
+        f"in use (line {s.first.line}): another job, or ranks of an earlier run that did not "
+        "exit, hold it.",
+        fix=f"Stop the old processes (lsof -i :{p} / nvidia-smi), or use another port: {flag}.",
+        path="master_port", evidence=s.evidence)
+
+
+# -------------------------------------------------------------------- DS113 rank exited non-zero
+
+_MORE_SPECIFIC = ("gpu-oom", "cpu-oom", "hang", "op-build-failure", "config-mismatch",
+                  "batch-size-mismatch", "offload-client-optimizer", "port-in-use", "nan-loss",
+                  "loss-scale-collapse", "nccl-error", "cuda-error", "shm-exhausted", "disk-full",
+                  "job-time-limit", "checkpoint-error")
+_SIGNALS = {6: "SIGABRT (an abort: a C++ assertion or a failed CUDA/NCCL call)",
+            7: "SIGBUS (often /dev/shm too small in a container: docker --shm-size or --ipc=host)",
+            9: "SIGKILL (usually the kernel's OOM killer)",
+            11: "SIGSEGV (a segmentation fault in a C++/CUDA extension)",
+            15: "SIGTERM (stopped by the launcher after another rank failed, or by the scheduler)"}
+
+
+def rank_exited_nonzero(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS113: a rank exited non-zero and nothing more specific explains it."""
+    s = ctx.symptom("launcher-nonzero-exit")
+    if s is None or any(ctx.has_symptom(k) for k in _MORE_SPECIFIC):
+        return
+    code = vals(s, "exit_code", "first")
+    sig = vals(s, "signal_num", "first")
+    if not isinstance(sig, int) and isinstance(code, int) and code < 0:
+        sig = -code
+    what = f"exit code {code}" if code is not None else "a non-zero exit code"
+    if isinstance(sig, int):
+        what += f" = signal {sig}" + (f", {_SIGNALS[sig]}" if sig in _SIGNALS else "")
+    exc = ctx.symptom("python-exception")
+    cause = ""
+    ev = list(s.evidence)
+    if exc is not None:
+        types = exc.values.get("exc_type") or []
+        t = types[0] if isinstance(types, list) and types else types
+        cause = (f" The first Python exception in the log is {t} at line {exc.first.line}: "
+                 f"{exc.first.text[:160]!r}; the rank exit is its consequence.")
+        ev[:0] = exc.evidence[:2]
+    yield finding(f"A rank exited with {what} (line {s.first.line}).{cause}",
+                  fix=("Fix the exception above (it is the cause; the launcher only reports "
+                       "it)." if exc is not None else
+                       "Look for the first traceback or error printed by the failing rank "
+                       "before this line (run with --enable_each_rank_log or per-rank logs if "
+                       "it is missing)."),
+                  evidence=tuple(ev[:8]))

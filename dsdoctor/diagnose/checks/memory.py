@@ -1,0 +1,220 @@
+"""Checks about host and bucket memory: host OOM (DS106), CPU offload against RAM (DS203) and
+ZeRO-1/2 overlap_comm buckets (DS312). The GPU OOM ladder (DS105) is in ``oom.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from dsdoctor.diagnose.checks.common import (
+    as_numlike,
+    env_gpus,
+    finding,
+    gb1,
+    gib,
+    gib1,
+    log_facts,
+    param_count,
+)
+from dsdoctor.diagnose.checks.runfacts import (
+    DEFAULT_BUCKET,
+    cpu_ram_bytes,
+    gpu_memory_bytes,
+    offload_device,
+    overlap_comm_bucket_bytes,
+    world_size,
+    zero_stage,
+)
+from dsdoctor.facts.context import Context
+from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
+from dsdoctor.model import Finding
+
+# ----------------------------------------------------------------------------- DS106 CPU OOM
+
+
+def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS106: the OS killed a rank for host memory (-9, OOM killer, allocator failure)."""
+    s = ctx.symptom("cpu-oom")
+    if s is None:
+        return
+    from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
+
+    lf = log_facts(ctx)
+    bits = [f"A process ran out of host (CPU) RAM (line {s.first.line}: "
+            f"{s.first.text[:100]!r}{'...' if len(s.first.text) > 100 else ''})."]
+    fixes: list[str] = []
+    opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
+    stage = zero_stage(ctx)
+    total, largest, src = param_count(ctx)
+    ram = cpu_ram_bytes(ctx)
+    launch = lf.best_launch()
+    script = (launch.script if launch else None) or ""
+    if "zero_to_fp32" in script or any("zero_to_fp32" in e.text for e in s.evidence):
+        bits.append("zero_to_fp32.py needs about twice the final fp32 weights in RAM.")
+        gather = ctx.cfg_get("zero_optimization.stage3_gather_16bit_weights_on_model_save")
+        fixes.append("run zero_to_fp32.py on a machine with more RAM"
+                     + ("" if gather is True else ", or save 16-bit weights directly "
+                        "(stage3_gather_16bit_weights_on_model_save: true)"))
+    if (opt == "cpu" or par == "cpu") and total:
+        gpus = ctx.env_get("gpus")
+        per_node = len(gpus) if isinstance(gpus, list) and gpus else (world_size(ctx) or 1)
+        row = offload_need(stage or 2, total, largest or 0, per_node, lf.nodes or 1,
+                           opt == "cpu", par == "cpu")
+        bits.append(f"The config offloads to CPU ({'optimizer' if opt else ''}"
+                    f"{' + ' if opt and par else ''}{'parameters' if par else ''}); DeepSpeed's "
+                    f"estimator says that needs {gib(row.cpu_bytes)} of RAM per node for "
+                    f"{total:,} parameters ({src}); these figures {SCOPE_NOTE} (see DS203).")
+        if isinstance(ram, int):
+            bits.append(f"The node has {gib(ram)}.")
+    elif opt == "cpu" or par == "cpu":
+        ctx.missing(rule.code, "the RAM the offload needs", "--model PATH")
+    if (opt == "cpu" or par == "cpu") and not isinstance(ram, int):
+        ctx.missing(rule.code, "CPU RAM against the offload", "--env snapshot.json")
+    if opt == "cpu" or par == "cpu":
+        # CPU offload moves state *into* host RAM: never answer a host OOM with more of it.
+        held = " and ".join(w for w, d in (("optimizer states", opt), ("parameters", par))
+                            if d == "cpu")
+        bits.append(f"CPU offload adds host memory: the offloaded {held} live in this RAM "
+                    "(pinned), on top of what each rank loads.")
+        fixes.append(("move offload_param back to GPU first, then " if par == "cpu" else "")
+                     + 'offload to NVMe instead of CPU (ZeRO-3, device "nvme" with nvme_path)')
+    need_config = ctx.ds is None and opt is None and par is None
+    if total and not (stage and stage >= 3):
+        n = world_size(ctx) or 1
+        bits.append(f"Every rank loads the whole model into RAM before DeepSpeed partitions it "
+                    f"({n} rank(s) x {total * 4 / 2**30:.1f} GiB in fp32).")
+    fixes.append("with ZeRO-3, create TrainingArguments (Trainer) or HfDeepSpeedConfig "
+                 "(own loop) before from_pretrained so the model is loaded already partitioned "
+                 "(zero.Init), and load in the checkpoint's dtype (torch_dtype)")
+    fixes.append("fewer ranks per node loading at once, or more RAM/swap")
+    if need_config:
+        fixes.append("give --config ds_config.json to know whether the run offloads to CPU "
+                     "(offload adds host memory)")
+    yield finding(" ".join(bits), fix="; ".join(fixes) + ".",
+                  path="zero_optimization.offload_optimizer.device" if opt == "cpu" else None,
+                  evidence=s.evidence)
+
+
+# ------------------------------------------------------------ DS203 offload exceeds CPU RAM
+
+
+def _gpus_per_node(ctx: Context) -> tuple[int, str]:
+    gpus = env_gpus(ctx)
+    if gpus:
+        return len(gpus), "env snapshot"
+    for f in ctx.facts_named("launcher-nodes"):
+        n = f.values.get("num_local_procs")
+        if isinstance(n, int) and n > 0:
+            return n, "launcher log"
+    lf = log_facts(ctx)
+    if world_size(ctx) and (lf.nodes or 1) == 1:
+        return world_size(ctx), "world size"
+    return 1, "assumed (give --env)"
+
+
+def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS203: DeepSpeed's estimator says the configured CPU offload needs more RAM than a node has."""
+    opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
+    stage = zero_stage(ctx) or 0
+    if par == "cpu" and stage < 3:
+        par = None  # offload_param exists only in ZeRO-3 (DS304 reports it)
+    if opt != "cpu" and par != "cpu":
+        return
+    total, largest, src = param_count(ctx)
+    if not total:
+        ctx.missing(rule.code, "the parameter count for DeepSpeed's offload estimate",
+                    "--model PATH")
+        return
+    ram = cpu_ram_bytes(ctx)
+    if not isinstance(ram, int) or ram <= 0:
+        ctx.missing(rule.code, "CPU RAM against the offload estimate", "--env snapshot.json")
+        return
+    gpn, gpn_src = _gpus_per_node(ctx)
+    nodes = ctx.run.value("nodes") or 1
+    # The HF Trainer / Accelerate use zero.Init under ZeRO-3; an own loop needs HfDeepSpeedConfig.
+    zero_init = True
+    if stage >= 3 and ctx.scripts and not ctx.run.value("uses_trainer") \
+            and not any(sc.hf_ds_configs or sc.uses_accelerate for sc in ctx.scripts):
+        zero_init = False
+    row = offload_need(stage, total, largest or 0, gpn, nodes, opt == "cpu", par == "cpu",
+                       zero_init)
+    if row.cpu_bytes <= ram:
+        return
+    oom = ctx.symptom("cpu-oom")
+    sev = "error" if oom is not None else "warning"
+    what = ("optimizer states and parameters" if par == "cpu" else "optimizer states")
+    seen = (f" The log shows the kill: line {oom.first.line}." if oom is not None else "")
+    fixes = []
+    if stage >= 3 and par == "cpu":
+        fixes.append('offload the parameters to NVMe instead ("offload_param": {"device": '
+                     '"nvme", "nvme_path": "/local_nvme"}) or keep them on GPU')
+    if stage >= 3:
+        fixes.append("NVMe offload for the optimizer states (ZeRO-Infinity: "
+                     '"offload_optimizer": {"device": "nvme", "nvme_path": ...})')
+    else:
+        fixes.append("ZeRO-3 (whose CPU need is split across nodes) with NVMe offload")
+    fixes.append("more nodes (ZeRO-3 divides the CPU need by the node count), or a node with "
+                 f"more than {gib(row.cpu_bytes)} of RAM")
+    path = ("zero_optimization.offload_param.device" if par == "cpu"
+            else "zero_optimization.offload_optimizer.device")
+    yield finding(
+        f"ZeRO-{stage} offloads the {what} to CPU. By DeepSpeed's estimator "
+        f"(estimate_zero{3 if stage >= 3 else 2}_model_states_mem_needs, {row.options.strip()}) "
+        f"that needs {gib(row.cpu_bytes)} of CPU RAM per node for {total:,} parameters ({src}) "
+        f"on {nodes} node(s) x {gpn} GPU(s) ({gpn_src}), but the node has {gib(ram)} "
+        f"({ctx.env_source or 'env'}). These estimates {SCOPE_NOTE}.{seen}",
+        fix="; ".join(fixes) + ".", path=path, severity=sev,
+        evidence=oom.evidence if oom is not None else ())
+
+
+# ------------------------------------------------------------ DS312 overlap_comm buckets
+
+
+
+def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """ZeRO-1/2 overlap_comm holds about 4.5 x (allgather + reduce buckets) in 16-bit values."""
+    stage = zero_stage(ctx)
+    if stage not in (1, 2) or ctx.cfg_get("zero_optimization.overlap_comm") is not True:
+        return
+    sizes: dict[str, float] = {}
+    notes: list[str] = []
+    for key in ("allgather_bucket_size", "reduce_bucket_size"):
+        v = ctx.cfg_get(f"zero_optimization.{key}")
+        n = as_numlike(v)
+        if n is not None:
+            sizes[key] = n
+        elif v == "auto" and key == "reduce_bucket_size" and getattr(ctx.model, "hidden_size", None):
+            h = ctx.model.hidden_size
+            sizes[key] = float(h * h)
+            notes.append(f"reduce_bucket_size \"auto\" = hidden_size^2 = {h}^2 under the Trainer")
+        elif v in (None, "auto"):
+            sizes[key] = float(DEFAULT_BUCKET)
+            notes.append(f"{key} {'not set' if v is None else 'auto'}: DeepSpeed's default 5e8")
+        else:
+            return
+    need = overlap_comm_bucket_bytes(sizes["allgather_bucket_size"], sizes["reduce_bucket_size"])
+    gpu = gpu_memory_bytes(ctx)
+    known_gpu = ctx.run.gpu_memory_bytes
+    source = "--env" if known_gpu is not None and known_gpu.source.kind == "env" else "the log"
+    if not gpu:
+        ctx.missing(rule.code, "the overlap_comm buckets against GPU memory", "--env")
+        return
+    if need < 0.5 * gpu:
+        return
+    suggest = 2e8
+    after = overlap_comm_bucket_bytes(suggest, suggest)
+    if max(sizes.values()) > suggest:
+        fix = (f"set zero_optimization.allgather_bucket_size and reduce_bucket_size to 2e8 "
+               f"(about {gb1(after)}), or overlap_comm to false")
+    else:  # the buckets are already small: only overlap_comm is left to change
+        fix = "set zero_optimization.overlap_comm to false (the buckets are already 2e8 or less)"
+    extra = f" ({'; '.join(notes)})" if notes else ""
+    yield finding(
+        f"ZeRO-{stage} with overlap_comm true keeps about 4.5 x (allgather_bucket_size + "
+        f"reduce_bucket_size) 16-bit values in flight: 4.5 x ({sizes['allgather_bucket_size']:.3g} + "
+        f"{sizes['reduce_bucket_size']:.3g}) x 2 bytes = {gb1(need)} ({gib1(need)}), "
+        f"{need / gpu:.0%} of the {gib1(gpu)} GPU (from {source}){extra}; that leaves too little "
+        f"for the model and activations.",
+        path="zero_optimization.reduce_bucket_size" if ctx.cfg_has("zero_optimization.reduce_bucket_size")
+        else "zero_optimization.overlap_comm",
+        fix=fix)

@@ -1,0 +1,130 @@
+"""Lints of ZeRO stage and offload combinations (DS304-DS307), LAMB with offload (DS313) and the
+ZeRO-3 16-bit save (DS314).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from dsdoctor.diagnose.checks.common import (
+    device_name,
+    finding,
+    show_json,
+    written_stage,
+)
+from dsdoctor.facts.context import Context
+from dsdoctor.model import Finding
+
+# ---------------------------------------------------------------- DS304-DS307 stage / offload
+
+def offload_param_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """offload_param only exists in ZeRO-3; below it DeepSpeed ignores it without a word."""
+    dev = device_name(ctx.cfg_get("zero_optimization.offload_param.device"))
+    stage = written_stage(ctx)
+    if dev is None or stage is None or stage >= 3:
+        return
+    yield finding(
+        f"zero_optimization.offload_param (device {show_json(dev)}) only exists in ZeRO stage 3, and this "
+        f"config uses stage {stage}: DeepSpeed {ctx.ds_version} ignores it silently, so the "
+        f"parameters stay on the GPU (expect the GPU memory of stage {stage}, not of "
+        f"parameter offload).",
+        path="zero_optimization.offload_param",
+        fix=f"to offload parameters set zero_optimization.stage from {stage} to 3; otherwise "
+            f"delete zero_optimization.offload_param (it does nothing at stage {stage})",
+        change={"op": "delete", "path": "zero_optimization.offload_param",
+                "old": ctx.cfg_get("zero_optimization.offload_param")})
+
+
+def offload_optimizer_without_zero(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """offload_optimizer with ZeRO disabled (stage 0) does nothing."""
+    dev = device_name(ctx.cfg_get("zero_optimization.offload_optimizer.device"))
+    stage = written_stage(ctx)
+    if dev is None or stage is None or stage != 0:
+        return
+    written = ctx.cfg_has("zero_optimization.stage")
+    yield finding(
+        f"zero_optimization.offload_optimizer (device {show_json(dev)}) needs ZeRO stage 1 or more, and "
+        f"the stage is 0{'' if written else ' (zero_optimization.stage is not set; 0 is the default)'}: "
+        f"ZeRO is off, so the optimizer states stay on the GPU and the offload does nothing.",
+        path="zero_optimization.stage" if written else "zero_optimization.offload_optimizer",
+        fix="set zero_optimization.stage from 0 to 2 (ZeRO-2 + optimizer offload, the usual "
+            "ZeRO-Offload setup) or 3; or delete zero_optimization.offload_optimizer")
+
+
+def nvme_without_path(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """NVMe offload without nvme_path: DeepSpeed has nowhere to swap."""
+    for section in ("offload_param", "offload_optimizer"):
+        base = f"zero_optimization.{section}"
+        if device_name(ctx.cfg_get(f"{base}.device")) != "nvme":
+            continue
+        p = ctx.cfg_get(f"{base}.nvme_path")
+        if isinstance(p, str) and p.strip() and p != "auto":
+            continue
+        yield finding(
+            f"{base}.device is \"nvme\" but {base}.nvme_path is "
+            f"{'missing' if p is None else show_json(p)}: ZeRO-Infinity swaps "
+            f"{'parameters' if section == 'offload_param' else 'optimizer states'} to files "
+            f"under that directory, and with none DeepSpeed fails when it creates the swapper.",
+            path=f"{base}.nvme_path" if p is not None else f"{base}.device",
+            fix=f"add \"nvme_path\": \"/local_nvme\" to {base} (a directory on a local NVMe "
+                f"drive, about 3 GB/s; not a network filesystem), or set device to \"cpu\"")
+
+
+def nvme_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """NVMe optimizer offload (ZeRO-Infinity) needs stage 3."""
+    stage = written_stage(ctx)
+    if stage is None or stage >= 3:
+        return
+    if device_name(ctx.cfg_get("zero_optimization.offload_optimizer.device")) != "nvme":
+        return
+    yield finding(
+        f"zero_optimization.offload_optimizer.device is \"nvme\" with ZeRO stage {stage}: NVMe "
+        f"offload is ZeRO-Infinity, which exists in stage 3 only; stages 1 and 2 offload the "
+        f"optimizer to CPU memory only.",
+        path="zero_optimization.offload_optimizer.device",
+        fix=f"set zero_optimization.stage from {stage} to 3, or set "
+            f"zero_optimization.offload_optimizer.device from \"nvme\" to \"cpu\"")
+
+
+# ------------------------------------------------------------ DS313 LAMB + optimizer offload
+
+def lamb_with_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """LAMB has no CPU implementation, so ZeRO-Offload cannot run it."""
+    typ = ctx.cfg_get("optimizer.type")
+    dev = device_name(ctx.cfg_get("zero_optimization.offload_optimizer.device"))
+    if not isinstance(typ, str) or "lamb" not in typ.lower() or dev is None:
+        return
+    yield finding(
+        f"optimizer.type is {show_json(typ)} with zero_optimization.offload_optimizer.device {show_json(dev)}: "
+        f"ZeRO-Offload runs the optimizer step on the CPU and works with optimizers that have "
+        f"both a CPU and a GPU implementation, except LAMB, which has none on the CPU.",
+        path="optimizer.type",
+        fix=f"set optimizer.type from {show_json(typ)} to \"AdamW\" (DeepSpeedCPUAdam runs on the CPU), "
+            f"or delete zero_optimization.offload_optimizer to keep LAMB")
+
+
+# ------------------------------------------------------------ DS314 stage-3 16-bit save
+
+def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saves hold placeholders."""
+    if written_stage(ctx) != 3:
+        return
+    key = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
+    old_key = "zero_optimization.stage3_gather_fp16_weights_on_model_save"
+    alias = "zero_optimization.gather_16bit_weights_on_model_save"
+    for k in (key, old_key, alias):
+        v = ctx.cfg_get(k)
+        if v is True or v == "true":
+            return
+    val = ctx.cfg_get(key)
+    state = "missing (default false)" if val is None else f"{show_json(val)}"
+    yield finding(
+        f"ZeRO stage 3 partitions every weight across the GPUs, and {key} is {state}: "
+        f"save_model() / save_16bit_model() then write no usable 16-bit weights (only "
+        f"placeholders; a 'tensor([1.])' shape is a ZeRO-3 placeholder), and you need "
+        f"zero_to_fp32.py on the checkpoint to get the model back.",
+        path=key,
+        # No automatic change: the gather builds the whole 16-bit model in rank 0's CPU memory at
+        # save time, which a run that saves fine today might not have room for.
+        fix=f"set {key} to true (costs one gather of the full 16-bit model into rank 0's CPU "
+            f"memory at save time)")

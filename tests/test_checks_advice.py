@@ -1,0 +1,171 @@
+"""Advice that fits the run (issue 8, items 3-4): the contradictions, gone by construction.
+
+Each test runs the real pipeline (files -> scanner -> context -> run model -> checks) on inputs
+built from real log lines; where a line comes from is said next to it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_rules_examples import run_example  # noqa: E402
+
+from dsdoctor.diagnose.checks.runfacts import NEED_STAGE, overlap_comm_bucket_bytes  # noqa: E402
+from dsdoctor.model import Finding  # noqa: E402
+
+# hiyouga/LlamaFactory#7532 (also ../shared/real_logs/gpu-oom__llamafactory-236b-...): a ZeRO-3
+# OOM in the optimizer step; the traceback runs through deepspeed/runtime/zero/stage3.py.
+ZERO3_FRAME = ('  File "/root/anaconda3/envs/llama-factory/lib/python3.10/site-packages/deepspeed/'
+               'runtime/zero/stage3.py", line 947, in _optimizer_step')
+OOM_80G = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.39 GiB. GPU 1 has "
+           "a total capacity of 79.32 GiB of which 2.40 GiB is free. Process 105400 has 76.92 GiB "
+           "memory in use. Of the allocated memory 73.28 GiB is allocated by PyTorch, and 1.59 GiB "
+           "is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try "
+           "setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+           "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html"
+           "#environment-variables)")
+# deepspeedai/DeepSpeed#3869 (../shared/real_logs/gpu-oom__ds3869-...): a 4 GiB GPU.
+OOM_4G = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 978.00 MiB (GPU 0; "
+          "4.00 GiB total capacity; 1.68 GiB already allocated; 0 bytes free; 2.72 GiB reserved in "
+          "total by PyTorch) If reserved memory is >> allocated memory try setting "
+          "max_split_size_mb to avoid fragmentation.  See documentation for Memory Management and "
+          "PYTORCH_CUDA_ALLOC_CONF")
+# A torch 2.5 OOM quoted in a public GitHub repository's run notes (a Wan-Move video run): three
+# processes hold memory on GPU 0.
+OOM_SHARED = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 620.00 MiB. GPU 0 has "
+              "a total capacity of 44.32 GiB of which 84.31 MiB is free. Process 387090 has 36.25 "
+              "GiB memory in use. Process 413847 has 4.07 GiB memory in use. Process 413851 has "
+              "3.89 GiB memory in use. Of the allocated memory 35.45 GiB is allocated by PyTorch, "
+              "and 301.95 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+              "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to "
+              "avoid fragmentation. See documentation for Memory Management.")
+# ../shared/real_logs/loss-scale-collapse__t5-11b-stage2-...: the scaler at its floor.
+COLLAPSE = ("[2021-11-27 00:36:54,800] [INFO] [stage2.py:1628:step] [deepscale] OVERFLOW! Rank 0 "
+            "Skipping step. Attempted loss scale: 1, reducing to 1")
+
+
+def _one(findings: list[Finding], code: str) -> Finding:
+    found = [f for f in findings if f.rule == code]
+    assert len(found) == 1, [f.rule for f in findings]
+    return found[0]
+
+
+def _run(tmp_path: Path, **example: Any) -> list[Finding]:
+    return run_example(example, tmp_path)
+
+
+def test_zero3_traceback_oom_starts_the_ladder_at_stage_3(tmp_path: Path) -> None:
+    f = _one(_run(tmp_path, log=f"{ZERO3_FRAME}\n{OOM_80G}\n"), "DS105")
+    assert "stage 2" not in f.fix and "use DeepSpeed ZeRO" not in f.fix
+    assert "ZeRO stage 3" in f.message and "stage3.py" in f.message
+    # the frame is the optimizer step: sub_group_size first, then the stage-3 knobs
+    assert f.fix.startswith("Next: the OOM is in the optimizer step")
+    assert "stage3_max_live_parameters" in f.fix
+    assert f.config_path == "zero_optimization.sub_group_size"
+
+
+def test_zero3_traceback_outranks_a_config_that_says_stage_2(tmp_path: Path) -> None:
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    f = _one(_run(tmp_path, log=f"{ZERO3_FRAME}\n{OOM_80G}\n", config=cfg), "DS105")
+    assert "ZeRO stage 3" in f.message and "config given says stage 2" in f.message
+    assert "stage 2 -> 3" not in f.fix and "offload_optimizer\": {\"device\": \"cpu\", \"pin" not in f.fix
+    assert "sub_group_size" in f.fix
+
+
+def test_oom_without_any_config_names_the_input_that_would_tell(tmp_path: Path) -> None:
+    f = _one(_run(tmp_path, log=OOM_4G + "\n"), "DS105")
+    assert f.fix.count(NEED_STAGE) == 1
+    assert "stage 2" not in f.fix
+
+
+def test_oom_reads_every_number_and_sees_a_shared_gpu(tmp_path: Path) -> None:
+    f = _one(_run(tmp_path, log=OOM_SHARED + "\n"), "DS105")
+    assert "620.00 MiB" in f.message and "44.32 GiB" in f.message and "84.31 MiB free" in f.message
+    assert "3 processes hold memory on this one GPU" in f.message
+    assert "387090: 36.25 GiB" in f.message
+    assert f.fix.startswith("Next: give each rank its own GPU")
+
+
+def test_one_process_is_not_called_a_shared_gpu(tmp_path: Path) -> None:
+    f = _one(_run(tmp_path, log=OOM_80G + "\n"), "DS105")
+    assert "processes hold memory" not in f.message and "own GPU" not in f.fix
+
+
+def test_bucket_memory_is_one_number_in_ds105_and_ds312(tmp_path: Path) -> None:
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {
+        "stage": 2, "overlap_comm": True, "allgather_bucket_size": 5e8, "reduce_bucket_size": 5e8}}
+    env = {"gpus": [{"name": "NVIDIA GeForce GTX 1650", "memory_total_bytes": 4 * 2**30,
+                     "compute_capability": "7.5"}]}
+    findings = _run(tmp_path, log=OOM_4G + "\n", config=cfg, env=env)
+    oom, buckets = _one(findings, "DS105"), _one(findings, "DS312")
+    gb = f"{overlap_comm_bucket_bytes(5e8, 5e8) / 1e9:.1f} GB"
+    assert gb == "9.0 GB"
+    assert gb in oom.fix and gb in buckets.message
+    assert "4.5 GB" not in oom.fix + oom.message
+
+
+def test_buckets_already_small_are_not_lowered_to_themselves(tmp_path: Path) -> None:
+    cfg = {"zero_optimization": {"stage": 2, "overlap_comm": True,
+                                 "allgather_bucket_size": 2e8, "reduce_bucket_size": 2e8}}
+    env = {"gpus": [{"name": "small", "memory_total_bytes": 2 * 2**30}]}
+    f = _one(_run(tmp_path, config=cfg, env=env), "DS312")
+    assert "to 2e8" not in f.fix and "overlap_comm to false" in f.fix
+
+
+def test_one_qlora_answer_for_ds317_and_ds210(tmp_path: Path) -> None:
+    acc = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
+           "  offload_optimizer_device: cpu\n  offload_param_device: cpu\n  zero3_init_flag: false\n"
+           "  zero_stage: 3\nmixed_precision: bf16\nnum_processes: 2\n")
+    script = "bnb_config = BitsAndBytesConfig(load_in_4bit=True)\n"
+    rules = {f.rule for f in _run(tmp_path, accelerate=acc, script=script)}
+    assert {"DS317", "DS210"} <= rules
+
+
+def test_collapse_never_proposes_the_scale_power_already_set(tmp_path: Path) -> None:
+    cfg = {"fp16": {"enabled": True, "initial_scale_power": 32}, "zero_optimization": {"stage": 2}}
+    f = _one(_run(tmp_path, log=COLLAPSE + "\n", config=cfg), "DS102")
+    assert "to 32" not in f.fix and "initial_scale_power is already 32" in f.fix
+    cfg["fp16"]["initial_scale_power"] = 12
+    (tmp_path / "b").mkdir()
+    f = _one(_run(tmp_path / "b", log=COLLAPSE + "\n", config=cfg), "DS102")
+    assert "from 12 to 32" in f.fix
+
+
+def test_nan_under_bf16_is_not_a_precision_problem(tmp_path: Path) -> None:
+    # ../shared/real_logs/nan-loss__chatglm-ptl-progress-...: a Lightning progress bar with NaN loss
+    log = ("Epoch 1:   1%|          | 23/4360 [00:32<1:43:33,  1.43s/it, loss=nan, v_num=0]\n"
+           "Epoch 1:   1%|          | 24/4360 [00:35<1:46:07,  1.47s/it, loss=nan, v_num=0]\n")
+    cfg = {"bf16": {"enabled": True}, "zero_optimization": {"stage": 2}}
+    f = _one(_run(tmp_path, log=log, config=cfg), "DS103")
+    text = (f.message + " " + f.fix).lower()
+    assert "bf16 instead" not in text and "switch to bf16" not in text
+    assert "train in bf16" not in text and "fp16" not in f.fix.lower()
+    assert "bf16 has the range of fp32" in f.message
+
+
+def test_cpu_oom_with_offload_never_prescribes_more_offload(tmp_path: Path) -> None:
+    # deepspeedai/DeepSpeed#3232 (../shared/real_logs/cpu-oom__ds3232-...): a rank killed with -9
+    # (the argv shortened after --local_rank=0).
+    log = ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', "
+           "'-u', 'main.py', '--local_rank=0'] exits with return code = -9\n")
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                 "offload_param": {"device": "cpu"}}}
+    f = _one(_run(tmp_path, log=log, config=cfg), "DS106")
+    assert "adds host memory" in f.message
+    assert "add \"offload" not in f.fix and "offload_optimizer to cpu" not in f.fix.lower()
+
+
+def test_oom_never_asks_to_shrink_a_batch_of_one(tmp_path: Path) -> None:
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}
+    f = _one(_run(tmp_path, log=OOM_80G + "\n", config=cfg), "DS105")
+    assert "smaller per-device batch" not in f.fix and "train_micro_batch_size_per_gpu" not in f.fix
+    cfg = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,
+           "zero_optimization": {"stage": 2}}
+    (tmp_path / "b").mkdir()
+    f = _one(_run(tmp_path / "b", log=OOM_80G + "\n", config=cfg), "DS105")
+    assert "train_micro_batch_size_per_gpu from 8 to 4 and gradient_accumulation_steps from 2 to 4" \
+        in f.fix
