@@ -23,7 +23,8 @@ TRAINER = "{{'loss': {loss:.4f}, 'grad_norm': {gn:.6f}, 'learning_rate': {lr:.6e
 BAR = " {pct:3d}%|{bar}| {i}/{n} [{el}<{rem}, {rate:.2f}it/s]"
 NCCL = ("[rank{r}]:node-{node}:{pid}:{tid} [{r}] NCCL INFO Channel {c:02d}/0 : {r}[{r}] -> "
         "{nxt}[{nxt}] via P2P/IPC/read\n")
-NCCL2 = "[rank{r}]:node-{node}:{pid}:{tid} [{r}] NCCL INFO comm 0x{h:x} rank {r} nRanks 8 nNodes 1 localRanks 8 localRank {r} MNNVL 0\n"
+NCCL2 = ("[rank{r}]:node-{node}:{pid}:{tid} [{r}] NCCL INFO comm 0x{h:x} rank {r} nRanks 8 nNodes 1 "
+         "localRanks 8 localRank {r} MNNVL 0\n")
 OVERFLOW = ("[2024-05-02 10:{m:02d}:{s:02d},{ms:03d}] [INFO] [loss_scaler.py:183:update_scale] "
             "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a}, reducing to {b}\n")
 WATCHDOG = ("[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation "

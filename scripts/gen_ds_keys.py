@@ -427,7 +427,7 @@ def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[
                         and isinstance(node.iter, (ast.List, ast.Tuple))):
                     loops[node.target.id] = [v for e in node.iter.elts for v in keyval(e, {})]
 
-            def section_of(expr: ast.AST) -> list[str] | None:
+            def section_of(expr: ast.AST, alias: dict = alias, loops: dict = loops) -> list[str] | None:
                 if isinstance(expr, ast.Name) and expr.id == "param_dict":
                     return []
                 if isinstance(expr, ast.Name) and expr.id in alias:
@@ -441,7 +441,7 @@ def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[
                     return keyval(expr.args[0], loops)
                 return None
 
-            def record(container: ast.AST, key: ast.AST) -> None:
+            def record(container: ast.AST, key: ast.AST, loops: dict = loops) -> None:
                 sec = section_of(container)
                 if sec is None:
                     return

@@ -98,9 +98,9 @@ def _text_violations(f: Finding, data: dict[str, Any] | None) -> list[str]:
             if old is not None and _norm(old) == new:
                 bad.append(f"'{m.group(0)}' changes nothing")
             verb = m.groupdict().get("verb")
-            if verb and old is not None and isinstance(_norm(old), float) and isinstance(new, float):
-                if (verb == "lower") != (new < _norm(old)):
-                    bad.append(f"'{m.group(0)}' points backwards")
+            if (verb and old is not None and isinstance(_norm(old), float) and isinstance(new, float)
+                    and (verb == "lower") != (new < _norm(old))):
+                bad.append(f"'{m.group(0)}' points backwards")
             if data is not None:
                 cur = _current(data, key)
                 if cur is not _MISSING and _norm(cur) == new:

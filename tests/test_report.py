@@ -192,16 +192,16 @@ def test_excerpt_is_the_first_error_deduplicated_across_ranks_with_line_numbers(
     ex = first_error_excerpt([str(log)])
     assert ex is not None and ex.has_traceback and ex.traceback_complete
     assert ex.error == DS_EXC
-    texts = [l.text for l in ex.lines]
+    texts = [ln.text for ln in ex.lines]
     assert sum("Traceback (most recent call last)" in t for t in texts) == 1
     assert sum("cannot decrease scale anymore" in t for t in texts) == 1
     assert ex.duplicates_dropped >= 3 * (2 * len(DS_FRAMES) + 2)
-    tb = next(l for l in ex.lines if "Traceback" in l.text)
+    tb = next(ln for ln in ex.lines if "Traceback" in ln.text)
     assert tb.ranks == (0, 1, 2, 3)
     # line numbers are the file's physical line numbers
     file_lines = log.read_text().splitlines()
-    for l in ex.lines:
-        assert file_lines[l.line - 1] == l.text
+    for ln in ex.lines:
+        assert file_lines[ln.line - 1] == ln.text
     # context before the traceback and the launcher's exit line after it
     assert any("step 17 | loss nan" in t for t in texts)
     assert any("exits with return code = 1" in t for t in texts)

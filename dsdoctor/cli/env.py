@@ -87,10 +87,10 @@ def interconnect_summary(snap: dict[str, Any]) -> str:
     snap = shape(snap)
     bits = []
     links = [g.get("nvlink_active_links") for g in snap["gpus"]]
-    links = [l for l in links if isinstance(l, int) and not isinstance(l, bool)]
+    links = [n for n in links if isinstance(n, int) and not isinstance(n, bool)]
     if any(links):
         bits.append(f"NVLink: {max(links)} active links per GPU")
-    elif links and all(l == 0 for l in links):
+    elif links and all(n == 0 for n in links):
         bits.append("no active NVLink (PCIe)")
     ic = snap.get("interconnect") or {}
     ib = ic.get("infiniband") or []

@@ -2,8 +2,8 @@
 
 A rule file (``rules/<CODE>-<name>.yaml``) holds a stable code, a problem-naming name, severity,
 title, summary, explanation, fix, references, a declarative ``when:`` condition, an optional
-``hook: <key>`` naming a check of ``dsdoctor.diagnose.checks.registry.CHECKS`` for arithmetic/AST rules, and examples that must fire and must stay
-silent (run by ``tests/test_rules_examples.py``). Nothing in a rule file is evaluated as code.
+``hook: <key>`` naming a check of ``dsdoctor.diagnose.checks.registry.CHECKS`` for
+arithmetic/AST rules, and examples that must fire and must stay silent (run by ``tests/test_rules_examples.py``). Nothing in a rule file is evaluated as code.
 
 Conditions (``when:``), combined freely::
 
@@ -371,8 +371,8 @@ def _complete(item: Any, rule: Rule, ctx: Context) -> Finding:
             changes["fix"] = f"{changes.get('fix', item.fix)} (Accelerate config: {accel})"
             changes["fix_change"] = None
     # Locate DeepSpeed paths in the effective config; CLI argument names have no line.
-    if path and item.config_line is None and ctx.ds is not None and ctx.ds_source != "log":
-        if ctx.ds.has(path) or "." in path or path in ctx.ds.positions:
+    if (path and item.config_line is None and ctx.ds is not None and ctx.ds_source != "log"
+            and (ctx.ds.has(path) or "." in path or path in ctx.ds.positions)):
             line = ctx.ds.line(path)
             if line is not None:
                 changes["config_line"] = line

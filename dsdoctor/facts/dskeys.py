@@ -94,7 +94,7 @@ class KeyTable:
     def check(self, data: dict[str, Any]) -> list[UnknownKey]:
         """Unknown and removed keys of a DeepSpeed config, in the order they are written."""
         out: list[UnknownKey] = []
-        for key, value in data.items():
+        for key in data:
             if key in self.removed_top_level:
                 out.append(UnknownKey(key, key, "", None, True, self.removed_top_level[key]))
             elif key not in self.top_level and not is_comment_key(key):
@@ -117,7 +117,8 @@ class KeyTable:
                 if not rejected and is_comment_key(key):
                     continue  # "_comment": a note for people, harmless where it is ignored
                 if rejected:
-                    reason = f"DeepSpeed {self.release} refuses unknown keys in '{section}' (Extra inputs are not permitted)"
+                    reason = (f"DeepSpeed {self.release} refuses unknown keys in '{section}' "
+                              "(Extra inputs are not permitted)")
                 else:
                     reason = f"DeepSpeed {self.release} ignores unknown keys in '{section}'"
                 out.append(UnknownKey(path, key, section, self.suggest(key, section), rejected, reason))

@@ -345,7 +345,7 @@ def probe_interconnect(sys_root: str = "/sys/class") -> dict[str, Any]:
         for dev in sorted(root.iterdir()):
             ports = dev / "ports"
             for port in sorted(ports.iterdir()) if ports.is_dir() else []:
-                def read(name: str) -> str | None:
+                def read(name: str, port: Path = port) -> str | None:
                     try:
                         return (port / name).read_text().strip()
                     except OSError:

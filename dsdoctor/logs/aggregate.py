@@ -98,7 +98,7 @@ class SymptomAggregator:
             assert st.first is not None and st.last is not None
             chosen: list[Evidence] = []
 
-            def take(ev: Evidence) -> None:
+            def take(ev: Evidence, chosen: list[Evidence] = chosen) -> None:
                 if ev not in chosen and len(chosen) < MAX_EVIDENCE:
                     chosen.append(ev)
 

@@ -238,7 +238,8 @@ def _system_info_deepspeed(env: dict[str, Any] | None) -> list[str]:
         f"- OS: {os_line(env.get('os') or {})}",
         f"- GPU count and types: {len(gpus)} x per node: {gpu_summary(env)}" if gpus
         else "- GPU count and types: none visible on the machine where the snapshot was taken",
-        f"- Interconnects (if applicable): {', '.join(ic) if ic else TODO.format('e.g. two machines connected with 100 Gbps IB')}",
+        "- Interconnects (if applicable): "
+        + (", ".join(ic) if ic else TODO.format("e.g. two machines connected with 100 Gbps IB")),
         f"- Python version: {(env.get('python') or {}).get('version', '?')}",
         "- Any other relevant info about your setup: "
         + ", ".join(f"{n} {v}" for n, v in pk.items() if v)

@@ -249,17 +249,18 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
     for _, _, seg in collected:
         m = _FRAME_RE.search(seg.text.strip() if seg.text.lstrip().startswith(("│", "|")) else seg.text)
         if m:
+            # the innermost package directory of the path is the frame's package
             pm = None
-            for pm in _PKG_IN_PATH.finditer(m.group("path") or m.group("rpath")):
-                pass  # the innermost package directory of the path is the frame's package
+            for pm in _PKG_IN_PATH.finditer(m.group("path") or m.group("rpath")):  # noqa: B007
+                pass
             if pm and pm.group("pkg") not in pkgs:
                 pkgs.append(pm.group("pkg"))
             dm = _DS_MODULE.search(m.group("path") or m.group("rpath"))
             if dm and dm.group(0).replace("\\", "/") not in ds_frames:
                 ds_frames.append(dm.group(0).replace("\\", "/"))
-    out = tuple(ExcerptLine(l.line, l.text, tuple(sorted(r))) for l, r in zip(lines, ranks))
+    out = tuple(ExcerptLine(ln.line, ln.text, tuple(sorted(r))) for ln, r in zip(lines, ranks))
     out = out[:MAX_EXCERPT_LINES]
-    texts = [normalize(l.text.encode()).text for l in out]
+    texts = [normalize(ln.text.encode()).text for ln in out]
     has_tb = any(_TRACEBACK_RE.search(t) for t in texts)
     # The error is the exception line that closes the first traceback, else the first error line.
     idx = None
@@ -274,7 +275,7 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
         idx = next((i for i, t in enumerate(texts) if _ERROR_RE.search(t) and not _TRACEBACK_RE.search(t)),
                    None)
     if idx is None:
-        idx = next((i for i, l in enumerate(out) if l.line == hit_line), 0)
+        idx = next((i for i, ln in enumerate(out) if ln.line == hit_line), 0)
     error = texts[idx].strip() if texts else ""
     error_line = out[idx].line if out else 0
     ranks_at = out[idx].ranks if out else ()

@@ -115,8 +115,8 @@ DeepSpeed's `DynamicLossScaler` skips each step and halves the scale (hysteresis
 to `min_loss_scale` 1, then raises `Current loss scale already at minimum - cannot decrease scale
 anymore. Exiting run.` on both ranks; the `deepspeed` launcher kills the ranks and reports the exit.
 
-A correct analysis reports `fp16-overflow`, `loss-scale-collapse` and `nan-loss` (the `loss nan` prints) symptoms and the DS102
-(loss-scale-collapse) finding; nothing about GPU/CPU memory or hangs.
+A correct analysis reports `fp16-overflow`, `loss-scale-collapse` and `nan-loss` (the `loss nan`
+prints) symptoms and the DS102 (loss-scale-collapse) finding; nothing about GPU/CPU memory or hangs.
 
 ## What was patched
 Only the CPU accelerator's fp16 capability check (`CPU_Accelerator.is_fp16_supported` and

@@ -166,7 +166,8 @@ def numbers_as_strings(ctx: Context, rule: Any) -> Iterator[Finding]:
             effect = "DeepSpeed passes the string on, and the optimizer/engine fails when it computes with it"
             sev = "error"
         else:
-            effect = "DeepSpeed's config model converts it, but the Trainer's check compares it with a number and reports a mismatch"
+            effect = ("DeepSpeed's config model converts it, but the Trainer's check compares it "
+                      "with a number and reports a mismatch")
             sev = "warning"
         yield finding(
             f"{key} is the string {show_json(v)}, not the number {show_json(new)}: {effect}.",
