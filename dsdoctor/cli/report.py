@@ -7,19 +7,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dsdoctor.cli.options import add_input_options
+from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
 
 
 def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """Run the analysis; the issue can still be written (from the log alone) if it fails."""
     from dsdoctor.diagnose.pipeline import run_analysis  # noqa: PLC0415
+    i = inputs_from(args)
     try:
-        # The env is loaded (and validated) by run() too; the analysis gets the same argument
-        # (load_snapshot collects 'local' once per process, so the machine is probed once).
-        return run_analysis(logs=args.logs, configs=args.config or [], model=args.model,
-                            env=args.env, scripts=args.script or [], engine=args.engine,
-                            ds_version=args.ds_version), []
+        # The env is loaded (and validated) by run() too; the analysis gets the same file from
+        # the per-process input cache (and 'local' is probed once per process).
+        return run_analysis(logs=i.logs, configs=i.configs, model=i.model, env=i.env,
+                            scripts=i.scripts, engine=i.engine, ds_version=i.ds_version), []
     except UsageError:
         raise
     except Exception as exc:  # a bug in a rule must not stop the user from filing the issue
@@ -31,6 +31,7 @@ def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``dsdoctor report``."""
     from dsdoctor.facts import envinfo
+    from dsdoctor.facts.inputs import cached
     from dsdoctor.render import issue_body
     from dsdoctor.redact import Redactor
 
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("-: report reads the log twice (analysis and excerpt); save it to a file first")
     red = Redactor(paths=args.redact_paths, hosts=args.redact_hosts)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
-    env = envinfo.load_snapshot(args.env) if args.env else None
+    env = cached("env", args.env, envinfo.load_snapshot) if args.env else None
     report, notes = _analyze(args)
     if env is None:
         notes.append("no --env given: system info left for you to fill "

@@ -118,6 +118,9 @@ class RunModel:
     peft: Known[bool] | None = None  # PEFT adapters (LoRA and friends)
     qlora: Known[bool] | None = None  # 4-/8-bit quantized base model under PEFT
     fsdp: Known[bool] | None = None
+    launcher: Known[str] | None = None  # "deepspeed" | "torchrun" | "accelerate" | "python"
+    ds_config_path: Known[str] | None = None  # the Trainer's --deepspeed path on the command line
+    gradient_checkpointing: Known[bool] | None = None
     # model and batch
     model_params: Known[int] | None = None
     trainable_params: Known[int] | None = None
