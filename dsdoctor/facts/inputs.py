@@ -55,7 +55,7 @@ class AnalysisInputs:
 
 # ------------------------------------------------------------------------------ file cache
 
-_CACHE: dict[tuple[str, str], tuple[tuple[int, ...], Any]] = {}
+_CACHE: dict[tuple[str, str, str], tuple[tuple[int, ...], Any]] = {}
 _LOCK = threading.Lock()  # watch's worker thread and the UI thread may both analyze
 _STATS = {"loads": 0, "hits": 0}
 
@@ -76,7 +76,8 @@ def cached(what: str, path: str, loader: Callable[[str], R]) -> R:
     that raises (UsageError for bad input) caches nothing. Results are shared: do not modify them.
     """
     stamp = _stamp(path)
-    key = (what, os.path.abspath(path))
+    # keyed on the path as given, not its absolute form: results quote their path (ConfigDoc.path)
+    key = (what, os.fspath(path), os.getcwd() if not os.path.isabs(path) else "")
     if stamp is not None:
         with _LOCK:
             hit = _CACHE.get(key)
