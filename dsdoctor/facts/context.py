@@ -322,8 +322,11 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
     if model_path:
         from dsdoctor.facts.modelinfo import load_model_info
 
-        ctx.model = cached("model", model_path, load_model_info)
-        ctx.model_config = cached("model-json", model_path, _raw_model_config)
+        # cache on the file itself: a directory's stamp does not change when config.json does
+        inner = os.path.join(model_path, "config.json")
+        model_file = inner if os.path.isdir(model_path) and os.path.isfile(inner) else model_path
+        ctx.model = cached("model", model_file, load_model_info)
+        ctx.model_config = cached("model-json", model_file, _raw_model_config)
 
     # Scripts: read as text, never imported or run. A Python training script gets the AST
     # checks; a shell launch script (run.sh) gives its deepspeed/torchrun/accelerate commands.

@@ -123,9 +123,15 @@ def _is_launcher(word: str) -> bool:
     return head in _LAUNCHERS or bool(re.fullmatch(r"python\d(\.\d+)?", head))
 
 
+_REDIRECT = re.compile(r"^(?:\d*>>?|&>>?|\d*<|\d>&\d|\||\|&|&|;|&&|\|\|)")
+
+
 def parse_command(text: str, file: str, line: int) -> Launch | None:
     """The :class:`Launch` of one command line, or None when it starts no training."""
     words = split_words(text)
+    # the command ends at a redirection or a pipe (``&> $OUTPUT/training.log``, ``| tee log``)
+    cut = next((i for i, w in enumerate(words) if _REDIRECT.match(w)), len(words))
+    words = words[:cut]
     found = _launcher_of(words)
     if found is None:
         return None
