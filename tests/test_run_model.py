@@ -273,3 +273,27 @@ def test_run_model_is_in_the_json_report(tmp_path):
     run = rep.inputs["run"]
     assert run["zero_stage"]["value"] == 3 and run["zero_stage"]["source"]["kind"] == "log-frames"
     assert run["conflicts"] == []
+
+
+def test_training_arguments_in_a_script_give_batch_with_their_line(tmp_path):
+    script = _write(tmp_path, "train.py", "from transformers import TrainingArguments\n"
+                    "args = TrainingArguments(\n    output_dir='out',\n"
+                    "    per_device_train_batch_size=8,\n    gradient_accumulation_steps=n,\n"
+                    "    bf16=True,\n)\n")
+    run = _ctx(scripts=[script]).run
+    assert run.micro_batch.value == 8 and run.micro_batch.source.location == f"{script}:4"
+    assert run.grad_accum is None  # not a literal: not guessed
+    assert run.precision.value == "bf16" and run.precision.source.kind == "trainer-args"
+
+
+def test_fsdp_frame_and_accelerate_config_give_fsdp(tmp_path):
+    # rank-prefixed FSDP frame from a public log excerpt (see logs/formats/facts.yaml)
+    log = _write(tmp_path, "t.log", '[rank4]:   File "/home/jobuser/.local/lib/python3.10/'
+                 'site-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py", line 863, '
+                 'in forward\n')
+    run = _ctx([log]).run
+    assert run.fsdp.value is True and run.fsdp.source.kind == "log-frames"
+    acc = _write(tmp_path, "acc.yaml", "compute_environment: LOCAL_MACHINE\n"
+                 "distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 2\n")
+    run = _ctx(configs=[acc]).run
+    assert run.fsdp.value is True and run.fsdp.source.location == f"{acc}:2"

@@ -66,7 +66,7 @@ class LogFacts:
     peft_params_ev: Evidence | None = None  # PEFT's "trainable params: ... || all params: ..."
     accelerate_ev: dict[str, Evidence] = field(default_factory=dict)  # distributed_type, ...
     frames: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # DeepSpeed frames
-    bnb_4bit_ev: Evidence | None = None  # a bitsandbytes 4-bit line
+    fsdp_frame_ev: Evidence | None = None  # a traceback frame inside torch.distributed.fsdp
 
     def best_launch(self) -> LaunchInfo | None:
         """The launch showing the most script arguments (the runner's cmd often shows none)."""
@@ -240,8 +240,8 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             if isinstance(v.get("module"), str):
                 lf.frames.append((v["module"], int(v.get("src_line") or 0), str(v.get("func", "")),
                                   ev))
-        elif f.name == "bnb-4bit":
-            lf.bnb_4bit_ev = lf.bnb_4bit_ev or ev
+        elif f.name == "fsdp-frame":
+            lf.fsdp_frame_ev = lf.fsdp_frame_ev or ev
         elif f.name == "accelerate-ds-config":
             d = literal(v.get("dict", ""))
             if isinstance(d, dict) and lf.accelerate_ds_config is None:

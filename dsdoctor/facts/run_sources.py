@@ -6,7 +6,6 @@ that states them; :mod:`dsdoctor.facts.run_build` picks one per fact and records
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -132,6 +131,11 @@ def _trainer_arg_sources(ctx: Context) -> list[tuple[dict[str, Any], Any]]:
     out: list[tuple[dict[str, Any], Any]] = [(ctx.trainer_args, from_log)]
     for la in ctx.launch_scripts:
         out.append((la.script_options, lambda key, la=la: (la.file, la.line)))
+    for sf in ctx.scripts:  # TrainingArguments(per_device_train_batch_size=8, ...) in a script
+        values = {k: v for k, v, _ in sf.training_arg_values}
+        lines = {k: n for k, _, n in sf.training_arg_values}
+        if values:
+            out.append((values, lambda key, sf=sf, lines=lines: (sf.path, lines.get(key))))
     return out
 
 
@@ -170,13 +174,6 @@ def from_trainer_args(c: Candidates, ctx: Context) -> None:
 
 # ------------------------------------------------------------------------------ PEFT, QLoRA, FSDP
 
-_BNB_4BIT = re.compile(r"\bload_in_4bit\s*=\s*True\b")
-
-
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
-
-
 def from_adapters(c: Candidates, ctx: Context) -> None:
     """PEFT (its own trainable-params line, a script using peft), QLoRA (4-bit loading in a
     script, the model's quantization_config) and FSDP (Accelerate config or the log's state)."""
@@ -190,10 +187,9 @@ def from_adapters(c: Candidates, ctx: Context) -> None:
     for sf in ctx.scripts:
         if getattr(sf, "uses_peft", False):
             c.add("peft", True, Source("script", sf.path, None, "imports peft"), "inferred")
-    for path, text in ctx.script_sources.items():
-        m = _BNB_4BIT.search(text)
-        if m:
-            c.add("qlora", True, Source("script", path, _line_of(text, m.start()), "load_in_4bit=True"))
+    for sf in ctx.scripts:
+        for site in sf.quant_4bit[:1]:
+            c.add("qlora", True, Source("script", sf.path, site.line, "load_in_4bit=True"))
     q = (ctx.model_config or {}).get("quantization_config")
     if isinstance(q, dict) and (q.get("load_in_4bit") is True or q.get("_load_in_4bit") is True):
         path = getattr(ctx.model, "path", None)
@@ -231,6 +227,10 @@ def from_frames(c: Candidates, ctx: Context) -> None:
     fits an nvme offload), so a conflict means the sources really disagree.
     """
     lf = ctx.log_facts
+    if lf is not None and lf.fsdp_frame_ev is not None:
+        ev = lf.fsdp_frame_ev
+        c.add("fsdp", True, Source("log-frames", ev.file, ev.line, "torch.distributed.fsdp frame"),
+              "inferred")
     if lf is None or not lf.frames:
         return
     seen: set[str] = set()
