@@ -297,3 +297,43 @@ def test_fsdp_frame_and_accelerate_config_give_fsdp(tmp_path):
                  "distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 2\n")
     run = _ctx(configs=[acc]).run
     assert run.fsdp.value is True and run.fsdp.source.location == f"{acc}:2"
+
+
+def test_shell_launch_commands_reach_the_report_redacted(tmp_path):
+    sh = _write(tmp_path, "run.sh", "deepspeed --num_gpus 2 train.py --deepspeed ds.json \\\n"
+                "  --hub_token hf_abcdefghijklmnopqrstuvwxyz0123456789\n")
+    rep = run_analysis(scripts=[sh], engine="python")
+    (la,) = rep.inputs["launch_scripts"]
+    assert (la["line"], la["launcher"]) == (1, "deepspeed")
+    assert la["command"].startswith("deepspeed --num_gpus 2 train.py --deepspeed ds.json")
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in json.dumps(rep.inputs)
+
+
+def test_a_binary_shell_script_is_one_line_and_exit_2(tmp_path, capsys):
+    from dsdoctor.cli.main import main
+
+    sh = tmp_path / "run.sh"
+    sh.write_bytes(b"#!/bin/bash\n\x00\x01\x02ELF")
+    assert main(["analyze", "--script", str(sh)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "binary file" in err[0] and "Traceback" not in err[0]
+
+
+def test_zero_optimizer_banner_states_stage_and_precision(tmp_path):
+    # sample_logs/cpu_offload_oom_killed/train.log lines 41-42: ZeRO-3 prints a "fp16" line too
+    log = _write(tmp_path, "t.log", """\
+[2026-11-21 12:08:43,845] [INFO] [logging.py:123:log_dist] [Rank 0] Creating fp16 ZeRO stage 3 optimizer
+[2026-11-21 12:08:43,845] [INFO] [logging.py:123:log_dist] [Rank 0] Creating torch.bfloat16 ZeRO stage 3 optimizer
+""")
+    run = _ctx([log]).run
+    assert (run.zero_stage.value, run.zero_stage.source.kind) == (3, "log-banner")
+    assert run.precision.value == "bf16" and run.precision.source.location == f"{log}:2"
+
+
+def test_logger_module_names_the_zero_code(tmp_path):
+    # tests/data/real_logs_extra/fp16-overflow__gptneo7-stage3-overflow-clean-up-deepscale.log
+    line = Path(__file__).parent / "data" / "real_logs_extra" / \
+        "fp16-overflow__gptneo7-stage3-overflow-clean-up-deepscale.log"
+    run = _ctx([str(line)]).run
+    assert run.zero_stage.value == 3 and run.zero_stage.source.kind == "log-frames"
+    assert run.zero_stage.source.detail.startswith("stage3.py:2323")

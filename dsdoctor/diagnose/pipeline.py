@@ -49,6 +49,10 @@ def evaluate(inputs: AnalysisInputs, scan: ScanResult) -> tuple[list, dict[str, 
     described = dict(ctx.inputs)
     described["engine"] = scan.engine
     described["run"] = ctx.run.to_dict()  # what the run is, each fact with its source
+    if ctx.launch_scripts:  # the commands of --script shell scripts, whole (for report's body)
+        described["launch_scripts"] = [
+            {"file": la.file, "line": la.line, "launcher": la.launcher, "command": la.text}
+            for la in ctx.launch_scripts]
     return findings, described, list(ctx.notes)
 
 

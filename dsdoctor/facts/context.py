@@ -163,16 +163,26 @@ def _raw_model_config(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _read_script_text(path: str) -> str:
+_MAX_SCRIPT_BYTES = 8 * 1024 * 1024
+
+
+def _read_script(path: str) -> bytes:
+    """A --script file's bytes (read once; the AST check and the shell reader share them)."""
     try:
         with open(path, "rb") as fh:
-            return fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
+            raw = fh.read(_MAX_SCRIPT_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; check the --script path") from None
     except IsADirectoryError:
         raise UsageError(f"{path}: is a directory; pass the training script (.py) or the shell "
                          "launch script (.sh)") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script "
                          "path") from None
+    if len(raw) > _MAX_SCRIPT_BYTES:
+        raise UsageError(f"{path}: larger than 8 MiB, not a training or launch script; pass the "
+                         ".py file that builds the model or the .sh that launches it")
+    return raw
 
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
@@ -332,14 +342,18 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
     # checks; a shell launch script (run.sh) gives its deepspeed/torchrun/accelerate commands.
     if inputs.scripts:
         from dsdoctor.facts.launch import read_launch_script
-        from dsdoctor.facts.scriptcheck import check_script
+        from dsdoctor.facts.scriptcheck import check_source
     for path in inputs.scripts:
-        text = cached("text", path, _read_script_text)
+        raw = cached("bytes", path, _read_script)
+        text = raw.decode("utf-8", "replace")
         ctx.script_sources[path] = text
         if is_shell_script(path, text):
-            ctx.launch_scripts.extend(read_launch_script(path, text))
+            if b"\x00" in raw[:65536]:
+                raise UsageError(f"{path}: binary file (NUL bytes), not a shell launch script; "
+                                 "pass the .sh that launches the training")
+            ctx.launch_scripts.extend(cached("launch", path, lambda p: read_launch_script(p, text)))
         else:
-            ctx.scripts.append(cached("script", path, check_script))
+            ctx.scripts.append(cached("script", path, lambda p: check_source(raw, p)))
     if ctx.uses_trainer is None and ctx.scripts:
         ctx.uses_trainer = any(sf.uses_trainer for sf in ctx.scripts)
     ctx.uses_accelerate = ctx.accelerate is not None or any(sf.uses_accelerate for sf in ctx.scripts)

@@ -66,6 +66,8 @@ class LogFacts:
     peft_params_ev: Evidence | None = None  # PEFT's "trainable params: ... || all params: ..."
     accelerate_ev: dict[str, Evidence] = field(default_factory=dict)  # distributed_type, ...
     frames: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # DeepSpeed frames
+    log_modules: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # [stage3.py:N:f]
+    zero_banner: tuple[int, str, Evidence] | None = None  # "Creating <dtype> ZeRO stage N optimizer"
     fsdp_frame_ev: Evidence | None = None  # a traceback frame inside torch.distributed.fsdp
 
     def best_launch(self) -> LaunchInfo | None:
@@ -240,6 +242,15 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             if isinstance(v.get("module"), str):
                 lf.frames.append((v["module"], int(v.get("src_line") or 0), str(v.get("func", "")),
                                   ev))
+        elif f.name == "ds-log-module":
+            if isinstance(v.get("module"), str) and len(lf.log_modules) < 64:
+                lf.log_modules.append((v["module"], int(v.get("src_line") or 0),
+                                       str(v.get("func", "")), ev))
+        elif f.name == "zero-optimizer":
+            dtype = str(v.get("dtype", ""))
+            if isinstance(v.get("stage"), int) and (lf.zero_banner is None or (
+                    dtype.startswith("torch.") and not lf.zero_banner[1].startswith("torch."))):
+                lf.zero_banner = (v["stage"], dtype, ev)
         elif f.name == "fsdp-frame":
             lf.fsdp_frame_ev = lf.fsdp_frame_ev or ev
         elif f.name == "accelerate-ds-config":

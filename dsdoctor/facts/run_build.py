@@ -154,6 +154,7 @@ def _from_context(ctx: Context) -> _Candidates:
     run_sources.from_launches(c, ctx)
     run_sources.from_trainer_args(c, ctx)
     run_sources.from_adapters(c, ctx)
+    run_sources.from_banners(c, ctx)
     if ctx.uses_trainer is not None:
         c.add("uses_trainer", ctx.uses_trainer, Source("log-banner" if ctx.facts else "script"),
               "inferred")

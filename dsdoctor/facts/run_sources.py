@@ -174,6 +174,20 @@ def from_trainer_args(c: Candidates, ctx: Context) -> None:
 
 # ------------------------------------------------------------------------------ PEFT, QLoRA, FSDP
 
+_TORCH_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
+
+
+def from_banners(c: Candidates, ctx: Context) -> None:
+    """The engine's "Creating torch.bfloat16 ZeRO stage 3 optimizer": stage and precision."""
+    lf = ctx.log_facts
+    if lf is None or lf.zero_banner is None:
+        return
+    stage, dtype, ev = lf.zero_banner
+    src = Source("log-banner", ev.file, ev.line, "Creating ... ZeRO stage N optimizer")
+    c.add("zero_stage", stage, src)
+    c.add("precision", _TORCH_DTYPES.get(dtype), src)  # "Creating fp16 ..." is not the dtype
+
+
 def from_adapters(c: Candidates, ctx: Context) -> None:
     """PEFT (its own trainable-params line, a script using peft), QLoRA (4-bit loading in a
     script, the model's quantization_config) and FSDP (Accelerate config or the log's state)."""
@@ -231,10 +245,11 @@ def from_frames(c: Candidates, ctx: Context) -> None:
         ev = lf.fsdp_frame_ev
         c.add("fsdp", True, Source("log-frames", ev.file, ev.line, "torch.distributed.fsdp frame"),
               "inferred")
-    if lf is None or not lf.frames:
+    if lf is None or not (lf.frames or lf.log_modules):
         return
     seen: set[str] = set()
-    for module, src_line, func, ev in lf.frames:
+    # traceback frames first, then the modules DeepSpeed's logger names ([stage3.py:2323:f])
+    for module, src_line, func, ev in [*lf.frames, *lf.log_modules]:
         if module in seen:
             continue
         seen.add(module)
@@ -261,5 +276,5 @@ def from_frames(c: Candidates, ctx: Context) -> None:
             c.add("precision", "fp16", src, "inferred")
 
 
-__all__ = ["Candidates", "as_int", "from_adapters", "from_frames", "from_launches",
+__all__ = ["Candidates", "as_int", "from_adapters", "from_banners", "from_frames", "from_launches",
            "from_trainer_args", "launches", "truthy"]
