@@ -297,6 +297,7 @@ def test_fsdp_frame_and_accelerate_config_give_fsdp(tmp_path):
                  "distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 2\n")
     run = _ctx(configs=[acc]).run
     assert run.fsdp.value is True and run.fsdp.source.location == f"{acc}:2"
+    assert run.world_size.value == 2 and run.world_size.source.location == f"{acc}:4"
 
 
 def test_shell_launch_commands_reach_the_report_redacted(tmp_path):

@@ -68,7 +68,8 @@ class LogFacts:
     frames: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # DeepSpeed frames
     log_modules: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # [stage3.py:N:f]
     zero_banner: tuple[int, str, Evidence] | None = None  # "Creating <dtype> ZeRO stage N optimizer"
-    fsdp_frame_ev: Evidence | None = None  # a traceback frame inside torch.distributed.fsdp
+    fsdp_frame_ev: Evidence | None = None
+    version_ev: dict[str, Evidence] = field(default_factory=dict)  # package -> the line naming it  # a traceback frame inside torch.distributed.fsdp
 
     def best_launch(self) -> LaunchInfo | None:
         """The launch showing the most script arguments (the runner's cmd often shows none)."""
@@ -279,6 +280,7 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             ver = v.get("version")
             if pkg and isinstance(ver, str):
                 lf.versions.setdefault(pkg, ver)
+                lf.version_ev.setdefault(pkg, ev)
         elif f.name == "cuda-version":
             if isinstance(v.get("which"), str) and isinstance(v.get("version"), str):
                 lf.cuda.setdefault(v["which"], v["version"])

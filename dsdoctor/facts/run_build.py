@@ -142,7 +142,7 @@ def _from_context(ctx: Context) -> _Candidates:
         if sizes:
             c.add("gpu_memory_bytes", min(sizes), Source("log-banner", None, None, "GPU memory"))
         for pkg, v in lf.versions.items():
-            c.add(f"version:{pkg}", v, Source("log-banner", None, None, f"{pkg} version"))
+            c.add(f"version:{pkg}", v, _src("log-banner", lf.version_ev.get(pkg), f"{pkg} version"))
         c.add("model_params", lf.num_params, _src("log-banner", lf.params_ev, "parameters"))
         c.add("trainable_params", lf.trainable_params,
               _src("log-banner", lf.trainable_ev, "trainable params"))

@@ -208,6 +208,14 @@ def from_adapters(c: Candidates, ctx: Context) -> None:
     if isinstance(q, dict) and (q.get("load_in_4bit") is True or q.get("_load_in_4bit") is True):
         path = getattr(ctx.model, "path", None)
         c.add("qlora", True, Source("model", path, None, "quantization_config.load_in_4bit"))
+    acc = ctx.accelerate
+    if acc is not None:
+        # Accelerate's num_processes is the total over machines; mixed_precision is left to
+        # the Accelerate mismatch rules (DS109/DS311), not compared here.
+        for fact, key in (("world_size", "num_processes"), ("nodes", "num_machines")):
+            n = as_int(acc.get(key))
+            if n is not None and n > 0:
+                c.add(fact, n, Source("config", acc.path, acc.line(key), key))
     if ctx.accelerate is not None and ctx.accelerate.has("distributed_type"):
         dt = str(ctx.accelerate.get("distributed_type")).upper()
         c.add("fsdp", dt == "FSDP", Source("config", ctx.accelerate.path,
