@@ -20,7 +20,8 @@ MATTERS = ("zero_stage", "offload_optimizer", "offload_param", "precision", "wor
 #: GPU count is not the run's world size, defaults and model/script facts state no run setting.
 _NOT_COMPARED = {"trainer-args", "env", "default", "model", "script"}
 _CODE_OF = {"zero_stage": {3: "ZeRO-3 code", 2: "ZeRO-1/2 code", 1: "ZeRO-1/2 code"},
-            "offload_optimizer": "optimizer offload code", "offload_param": "parameter offload code",
+            "offload_optimizer": "optimizer offload code",
+            "offload_param": "parameter offload code",
             "precision": "the {} optimizer"}
 
 
@@ -64,7 +65,8 @@ def _matters(c: Conflict) -> bool:
 
 def _evidence(ctx: Context, c: Conflict) -> tuple[Evidence, ...]:
     """The log lines behind either side (the facts the scanner read there)."""
-    at = {(f.evidence.file, f.evidence.line): f.evidence for f in ctx.facts}
+    at: dict[tuple[str | None, int | None], Evidence] = {
+        (f.evidence.file, f.evidence.line): f.evidence for f in ctx.facts}
     out: list[Evidence] = []
     for k in (c.kept, c.other):
         ev = at.get((k.source.file, k.source.line))

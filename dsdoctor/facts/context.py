@@ -12,6 +12,7 @@ each imported only when its input is given.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -119,10 +120,11 @@ class Context:
 
     def gpu_memory_bytes(self) -> int | None:
         """Smallest GPU memory (the GPU that OOMs first): env snapshot, else the log, else None."""
-        sizes = [g.get("memory_total_bytes") for g in (self.env_get("gpus") or [])
-                 if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
+        sizes: list[float] = [
+            g["memory_total_bytes"] for g in (self.env_get("gpus") or [])
+            if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
         if not sizes and self.log_facts is not None:
-            sizes = [g.get("total_bytes") for g in getattr(self.log_facts, "gpus", None) or []
+            sizes = [g["total_bytes"] for g in getattr(self.log_facts, "gpus", None) or []
                      if isinstance(g, dict) and isinstance(g.get("total_bytes"), (int, float))]
         return int(min(sizes)) if sizes else None
 
@@ -351,9 +353,10 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
             if b"\x00" in raw[:65536]:
                 raise UsageError(f"{path}: binary file (NUL bytes), not a shell launch script; "
                                  "pass the .sh that launches the training")
-            ctx.launch_scripts.extend(cached("launch", path, lambda p: read_launch_script(p, text)))
+            ctx.launch_scripts.extend(cached(
+                "launch", path, functools.partial(read_launch_script, text=text)))
         else:
-            ctx.scripts.append(cached("script", path, lambda p: check_source(raw, p)))
+            ctx.scripts.append(cached("script", path, functools.partial(check_source, raw)))
     if ctx.uses_trainer is None and ctx.scripts:
         ctx.uses_trainer = any(sf.uses_trainer for sf in ctx.scripts)
     ctx.uses_accelerate = ctx.accelerate is not None or any(sf.uses_accelerate for sf in ctx.scripts)

@@ -128,10 +128,11 @@ def _from_context(ctx: Context) -> _Candidates:
             c.add("gpu_name", names[0], env_src)
         if ctx.world_size_source == "env (one node)":
             # a snapshot's GPU count is the world size only if the run used every GPU of one node
-            c.add("world_size", ctx.world_size, Source("env", ctx.env_source, None, "gpus (one node)"),
-                  "inferred")
+            c.add("world_size", ctx.world_size,
+                  Source("env", ctx.env_source, None, "gpus (one node)"), "inferred")
         ram = ctx.env_get("cpu.ram_total_bytes")
-        c.add("cpu_ram_bytes", _int(ram), Source("env", ctx.env_source, None, "cpu.ram_total_bytes"))
+        c.add("cpu_ram_bytes", _int(ram),
+              Source("env", ctx.env_source, None, "cpu.ram_total_bytes"))
         for pkg in ("deepspeed", "torch", "transformers", "accelerate", "peft", "bitsandbytes"):
             v = ctx.env_get(f"packages.{pkg}")
             if isinstance(v, str):
@@ -183,10 +184,10 @@ def _from_timeline(c: _Candidates, ctx: Context) -> None:
 def _batch_arithmetic(fields: dict[str, Any]) -> None:
     """train batch = micro x accum x world, inferred, when all three are known and no source
     states it (a stated train batch that disagrees is DS309's finding, not a conflict here)."""
-    parts = [fields.get(k) for k in ("micro_batch", "grad_accum", "world_size")]
-    if "train_batch" in fields or any(p is None for p in parts):
+    micro, accum, world = (fields.get(k) for k in ("micro_batch", "grad_accum", "world_size"))
+    if "train_batch" in fields or micro is None or accum is None or world is None:
         return
-    micro, accum, world = parts
+    parts = (micro, accum, world)
     weakest = max((p.source.kind for p in parts), key=lambda k: SOURCE_RANK.get(k, 99))
     detail = (f"micro {micro.value} x accum {accum.value} x world {world.value} "
               f"({micro.source.describe()}; {accum.source.describe()}; {world.source.describe()})")

@@ -142,7 +142,7 @@ def _trainer_arg_sources(ctx: Context) -> list[tuple[dict[str, Any], Any]]:
 def from_trainer_args(c: Candidates, ctx: Context) -> None:
     """Batch, accumulation, precision, gradient checkpointing and --fsdp of the Trainer."""
     for args, where in _trainer_arg_sources(ctx):
-        def src(key: str) -> Source:
+        def src(key: str, where: Any = where) -> Source:
             file, line = where(key)
             return Source("trainer-args", file, line, key)
 
