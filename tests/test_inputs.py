@@ -73,3 +73,22 @@ def test_a_failing_load_is_not_cached(tmp_path):
         except ValueError:
             pass
     assert cache_stats() == {"loads": 0, "hits": 0}
+
+
+def test_watch_refreshes_do_not_reread_unchanged_inputs(tmp_path):
+    from dsdoctor.watch.tailer import Tailer
+
+    log = tmp_path / "train.log"
+    log.write_text("starting\n")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    script = tmp_path / "run.sh"
+    script.write_text("deepspeed --num_gpus 2 train.py --deepspeed ds.json\n")
+    clear_cache()
+    tailer = Tailer(str(log), AnalysisInputs.of(logs=[str(log)], configs=[str(cfg)],
+                                                scripts=[str(script)], engine="python"))
+    for _ in range(5):
+        tailer.poll()
+        assert tailer.snapshot().error == ""
+    # config, script bytes, launch commands: parsed once, then four cache hits each
+    assert cache_stats() == {"loads": 3, "hits": 12}
