@@ -338,3 +338,15 @@ def test_logger_module_names_the_zero_code(tmp_path):
     run = _ctx([str(line)]).run
     assert run.zero_stage.value == 3 and run.zero_stage.source.kind == "log-frames"
     assert run.zero_stage.source.detail.startswith("stage3.py:2323")
+
+
+def test_accelerate_failed_command_is_a_launch(tmp_path):
+    # bmaltais/kohya_ss#208: accelerate's simple_launcher, argument list shortened (not changed)
+    log = _write(tmp_path, "t.log", "subprocess.CalledProcessError: Command '['C:\\\\Users\\\\"
+                 "ameli\\\\OneDrive\\\\Desktop\\\\kohya\\\\kohya_ss\\\\venv\\\\Scripts\\\\"
+                 "python.exe', 'train_network.py', '--train_batch_size=2', "
+                 "'--max_train_steps=1500', '--mixed_precision=bf16']' returned non-zero exit "
+                 "status 1.\n")
+    run = _ctx([log]).run
+    assert run.launcher.value == "python" and run.launcher.source.location == f"{log}:1"
+    assert run.micro_batch is None  # kohya's --train_batch_size is not a Trainer argument

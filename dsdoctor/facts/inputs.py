@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 R = TypeVar("R")
@@ -38,7 +38,6 @@ class AnalysisInputs:
     engine: str = "auto"  # the prefilter engine
     trainer_args: Mapping[str, Any] | tuple[str, ...] | None = None
     world_size: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)  # command-specific, unused below cli/
 
     @classmethod
     def of(cls, logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,

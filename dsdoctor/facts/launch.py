@@ -100,7 +100,7 @@ def _launcher_of(words: list[str]) -> tuple[str, list[str]] | None:
         i = next((j for j, w in enumerate(words) if _is_launcher(w)), len(words))
     if i >= len(words):
         return None
-    head = words[i].rsplit("/", 1)[-1]
+    head = _basename(words[i])
     rest = words[i + 1:]
     if head == "accelerate":
         return ("accelerate", rest[1:]) if rest[:1] == ["launch"] else None
@@ -118,8 +118,14 @@ def _launcher_of(words: list[str]) -> tuple[str, list[str]] | None:
     return None
 
 
+def _basename(word: str) -> str:
+    """``/usr/bin/python3`` and ``C:\\venv\\Scripts\\python.exe`` -> ``python3``, ``python``."""
+    head = re.split(r"[/\\]", word)[-1]
+    return head[:-4] if head.lower().endswith(".exe") else head
+
+
 def _is_launcher(word: str) -> bool:
-    head = word.rsplit("/", 1)[-1]
+    head = _basename(word)
     return head in _LAUNCHERS or bool(re.fullmatch(r"python\d(\.\d+)?", head))
 
 

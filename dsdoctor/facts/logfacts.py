@@ -214,6 +214,13 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
                 script, rest = _script_and_rest(argv)
                 lf.launches.append(LaunchInfo("deepspeed", shlex.join(argv), script, rest, ev))
+        elif f.name == "subprocess-argv":
+            # the training command a launcher ran (accelerate's simple_launcher): plain python
+            argv = literal(v.get("argv", ""))
+            if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                script, rest = _script_and_rest(argv)
+                if script is not None:
+                    lf.launches.append(LaunchInfo("python", shlex.join(argv), script, rest, ev))
         elif f.name == "world-size":
             ws = v.get("world_size")
             if isinstance(ws, int) and ws > 0 and lf.world_size is None:
