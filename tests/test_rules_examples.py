@@ -8,7 +8,6 @@ written to temporary files exactly as a user would give them (log, --config, --m
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import yaml
 
 from dsdoctor.diagnose import engine
 from dsdoctor.facts.context import build_context
+from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.model import Finding
 
 RULES = engine.load_rules()
@@ -64,11 +64,11 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
         (tmp / "train.log").write_text(example["log"], encoding="utf-8")
         logs.append(str(tmp / "train.log"))
     scan = scan_files(logs) if logs else ScanResult()
-    args = argparse.Namespace(logs=logs, config=configs, model=model, env=env, script=scripts,
-                              ds_version=example.get("ds_version"),
-                              trainer_args=example.get("args"),
-                              world_size=example.get("world_size"))
-    ctx = build_context(args, scan)
+    inputs = AnalysisInputs.of(logs=logs, configs=configs, model=model, env=env, scripts=scripts,
+                               ds_version=example.get("ds_version"),
+                               trainer_args=example.get("args"),
+                               world_size=example.get("world_size"))
+    ctx = build_context(inputs, scan)
     return engine.evaluate(ctx, strict=True)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 
 import pytest
 
+from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import Scanner, TailScanner, scan_files
 
 # Real formats: DeepSpeed loss scaler (DeepSpeed#931) and the launcher's -9 exit (DeepSpeed#3232)
@@ -21,10 +21,7 @@ KILLED = ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/
 
 
 def args(**kw):
-    base = dict(config=[], model=None, env=None, script=[], ds_version=None, engine="auto",
-                logs=[])
-    base.update(kw)
-    return argparse.Namespace(**base)
+    return AnalysisInputs.of(**kw)
 
 
 def test_tail_scanner_equals_batch_scan(tmp_path):

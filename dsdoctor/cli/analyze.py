@@ -7,7 +7,7 @@ import os
 import sys
 
 from dsdoctor.errors import UsageError
-from dsdoctor.cli.options import add_input_options
+from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.diagnose.pipeline import analyze
 from dsdoctor.render.analysis import render
 
@@ -58,11 +58,12 @@ def run(args: argparse.Namespace) -> int:
                          "for a pre-flight check")
     if args.logs.count("-") > 1:
         raise UsageError("standard input ('-') can be given only once")
-    report = analyze(args)
+    inputs = inputs_from(args)
+    report = analyze(inputs)
     if args.fix_out:
         from dsdoctor.diagnose import fixout  # noqa: PLC0415
 
-        written = fixout.write_fixed(args, report)
+        written = fixout.write_fixed(inputs.configs, args.fix_out, report, force=args.force)
         if written:
             print(f"dsdoctor: wrote fixed config to {written}", file=sys.stderr)
     text = render(report, args.format, color=_use_color(args),

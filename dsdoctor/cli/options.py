@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.model import ENGINES
 
 
@@ -16,7 +17,8 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="environment snapshot from 'dsdoctor env --format json' on the training "
                    "node, or 'local' for this machine")
     p.add_argument("--script", action="append", default=[], metavar="FILE",
-                   help="training script, analyzed statically (never run) (repeatable)")
+                   help="training script (.py) or shell launch script (.sh), read statically, never run "
+                   "(repeatable)")
     p.add_argument("--ds-version", metavar="X.Y.Z",
                    help="DeepSpeed release to lint the config against (default: from env/log)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -24,3 +26,16 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", "-v", action="store_true",
                    help="text/Markdown: also print every finding and symptom in full (JSON "
                    "always has them)")
+
+
+def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
+    """The analysis inputs named by a parsed command line (nothing below cli/ sees argparse)."""
+    logs = getattr(args, "logs", None)
+    if logs is None:
+        one = getattr(args, "log", None)  # watch follows one log
+        logs = [one] if one else []
+    return AnalysisInputs.of(logs=logs, configs=getattr(args, "config", None) or [],
+                             model=getattr(args, "model", None), env=getattr(args, "env", None),
+                             scripts=getattr(args, "script", None) or [],
+                             ds_version=getattr(args, "ds_version", None),
+                             engine=getattr(args, "engine", "auto") or "auto")

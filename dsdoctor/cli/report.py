@@ -8,28 +8,27 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dsdoctor.cli.options import add_input_options
+from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
 
 
 def _run_pipeline(args: argparse.Namespace) -> tuple[Any, Any]:
     """The analysis (as ``pipeline.analyze`` does it) keeping the run model for the report's asks."""
-    from dsdoctor.diagnose import engine  # noqa: PLC0415
-    from dsdoctor.diagnose.pipeline import build_report  # noqa: PLC0415
-    from dsdoctor.facts import context  # noqa: PLC0415
+    from dsdoctor.diagnose.pipeline import build_report, evaluate_with_run  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult, scan_files  # noqa: PLC0415
 
-    scan = scan_files(args.logs, engine=args.engine) if args.logs else ScanResult(engine=args.engine)
-    ctx = context.build_context(args, scan)
-    findings = list(engine.evaluate(ctx))
-    inputs = dict(ctx.inputs)
-    inputs["engine"] = scan.engine
-    return build_report(scan, findings, inputs, list(ctx.notes)), ctx.run
+    inputs = inputs_from(args)
+    scan = (scan_files(list(inputs.logs), engine=inputs.engine) if inputs.logs
+            else ScanResult(engine=inputs.engine))
+    findings, described, notes, run = evaluate_with_run(inputs, scan)
+    return build_report(scan, findings, described, notes, run), run
 
 
 def _analyze(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     """Run the analysis; the issue can still be written (from the log alone) if it fails."""
     try:
+        # The env is loaded (and validated) by run() too; the analysis gets the same file from
+        # the per-process input cache (and 'local' is probed once per process).
         report, run = _run_pipeline(args)
         return report, run, []
     except UsageError:
@@ -108,6 +107,7 @@ def _kind(args: argparse.Namespace, report: Any, launch: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``dsdoctor report``."""
     from dsdoctor.facts import envinfo
+    from dsdoctor.facts.inputs import cached
     from dsdoctor.render import issue_body
     from dsdoctor.render.issue_launch import gather_launch, is_shell_script
     from dsdoctor.redact import Redactor
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     red = Redactor(paths=args.redact_paths, hosts=args.redact_hosts)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
     env_paths = expand_envs(args.env or [])
-    envs = [(p, envinfo.load_snapshot(p)) for p in env_paths]
+    envs = [(p, cached("env", p, envinfo.load_snapshot)) for p in env_paths]
     # Shell launch scripts are read for their commands (never run); Python scripts also go to the
     # analysis, which parses them.
     shell = [s for s in args.script or [] if is_shell_script(s)]

@@ -7,7 +7,7 @@ import sys
 import time
 
 from dsdoctor.errors import UsageError
-from dsdoctor.cli.options import add_input_options
+from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.logs.reader import open_log
 
 
@@ -38,13 +38,14 @@ def run(args: argparse.Namespace) -> int:
     from dsdoctor.diagnose.pipeline import evaluate  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 
-    evaluate(args, ScanResult())  # raises UsageError for a bad --config/--env/--model
+    inputs = inputs_from(args)
+    evaluate(inputs, ScanResult())  # raises UsageError for a bad --config/--env/--model
     if args.plain:
         return run_plain(args)
     from dsdoctor.watch.tailer import Tailer  # noqa: PLC0415
     from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
 
-    WatchApp(Tailer(args.log, args, from_start=not args.from_end)).run()
+    WatchApp(Tailer(args.log, inputs, from_start=not args.from_end)).run()
     return 0
 
 
@@ -53,7 +54,7 @@ def run_plain(args: argparse.Namespace) -> int:
     from dsdoctor.redact import Redactor  # noqa: PLC0415
     from dsdoctor.watch.tailer import Tailer  # noqa: PLC0415 - no textual for --plain
 
-    tailer = Tailer(args.log, args, from_start=not args.from_end)
+    tailer = Tailer(args.log, inputs_from(args), from_start=not args.from_end)
     red = Redactor()  # secrets printed in the log are not echoed
     seen: set[str] = set()
     worst = 0

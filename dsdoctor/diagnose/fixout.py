@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup, split_path
 from dsdoctor.errors import UsageError
@@ -114,14 +114,14 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
-def write_fixed(args: Any, report: Any) -> str | None:
-    """Write the fixed copy named by ``args.fix_out``; returns its path, or None if nothing to fix."""
-    target = args.fix_out
-    doc = _target_doc(getattr(args, "config", None) or [])
+def write_fixed(configs: Sequence[str], target: str, report: Any, force: bool = False) -> str | None:
+    """Write the fixed copy of the DeepSpeed config among ``configs`` to ``target`` (--fix-out);
+    returns its path, or None if nothing to fix."""
+    doc = _target_doc(list(configs))
     if _same_file(target, doc.path):
         raise UsageError(f"--fix-out {target}: that is the input config; give a new file name "
                          "(dsdoctor never modifies your config)")
-    if os.path.exists(target) and not getattr(args, "force", False):
+    if os.path.exists(target) and not force:
         raise UsageError(f"--fix-out {target}: the file exists; choose a new name or add --force")
     findings: list[Finding] = list(getattr(report, "findings", ()) or ())
     changes = [f.fix_change for f in findings if f.fix_change

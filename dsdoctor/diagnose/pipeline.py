@@ -5,12 +5,12 @@ Used by ``dsdoctor analyze``, ``dsdoctor report``, ``dsdoctor watch`` and the te
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dsdoctor.diagnose import problems, verdict
+from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.model import Report, SYMPTOM_KINDS
 from dsdoctor.redact import redact_report
 from dsdoctor.logs.scan import ScanResult, scan_files
@@ -56,40 +56,44 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
                    problems=problems.group(report.symptoms, report.findings, fate))
 
 
-def evaluate(args: argparse.Namespace, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:
-    """Run the rules engine on a scan and the other inputs named by ``args``.
+def evaluate(inputs: AnalysisInputs, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:
+    """Run the rules engine on a scan and the other inputs.
 
-    Returns (findings, a description of the inputs used, notes).
+    Returns (findings, a description of the inputs used with the run model under "run", notes).
     """
-    findings, inputs, notes, _run = _evaluate_with_run(args, scan)
-    return findings, inputs, notes
+    findings, described, notes, _run = evaluate_with_run(inputs, scan)
+    return findings, described, notes
 
 
-def _evaluate_with_run(args: argparse.Namespace, scan: ScanResult
-                       ) -> tuple[list, dict[str, Any], list[str], RunModel]:
-    """:func:`evaluate`, plus the run model the verdict reads its step counts from."""
-    from dsdoctor.facts import context  # noqa: PLC0415 - not needed to import this module
-    from dsdoctor.diagnose import engine
+def evaluate_with_run(inputs: AnalysisInputs, scan: ScanResult
+                      ) -> tuple[list, dict[str, Any], list[str], RunModel]:
+    """:func:`evaluate`, plus the run model (the verdict reads its step counts from it)."""
+    from dsdoctor.diagnose import engine  # noqa: PLC0415 - not needed to import this module
+    from dsdoctor.facts import context  # noqa: PLC0415
 
-    ctx = context.build_context(args, scan)
+    ctx = context.build_context(inputs, scan)
     findings = list(engine.evaluate(ctx))  # rules add notes ("give --env to check ...")
-    inputs = dict(ctx.inputs)
-    inputs["engine"] = scan.engine
-    return findings, inputs, list(ctx.notes), ctx.run
+    described = dict(ctx.inputs)
+    described["engine"] = scan.engine
+    described["run"] = ctx.run.to_dict()  # what the run is, each fact with its source
+    if ctx.launch_scripts:  # the commands of --script shell scripts, whole (for report's body)
+        described["launch_scripts"] = [
+            {"file": la.file, "line": la.line, "launcher": la.launcher, "command": la.text}
+            for la in ctx.launch_scripts]
+    return findings, described, list(ctx.notes), ctx.run
 
 
-def analyze(args: argparse.Namespace) -> Report:
-    """Scan ``args.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``."""
-    scan = scan_files(args.logs, engine=args.engine) if args.logs else ScanResult(
-        engine=args.engine)
-    findings, inputs, notes, run = _evaluate_with_run(args, scan)
-    return build_report(scan, findings, inputs, notes, run)
+def analyze(inputs: AnalysisInputs) -> Report:
+    """Scan ``inputs.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``."""
+    scan = scan_files(list(inputs.logs), engine=inputs.engine) if inputs.logs else ScanResult(
+        engine=inputs.engine)
+    findings, described, notes, run = evaluate_with_run(inputs, scan)
+    return build_report(scan, findings, described, notes, run)
 
 
 def run_analysis(logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
                  env: str | None = None, scripts: Sequence[str] = (), engine: str = "auto",
                  ds_version: str | None = None) -> Report:
     """Analyze logs and the other inputs. Raises UsageError on bad input."""
-    return analyze(argparse.Namespace(logs=list(logs), config=list(configs), model=model,
-                                      env=env, script=list(scripts), ds_version=ds_version,
-                                      engine=engine))
+    return analyze(AnalysisInputs.of(logs=logs, configs=configs, model=model, env=env,
+                                     scripts=scripts, ds_version=ds_version, engine=engine))

@@ -12,6 +12,7 @@ each imported only when its input is given.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.inputs import AnalysisInputs, cached
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Fact, Symptom, TimelinePoint
 
@@ -59,7 +61,8 @@ class Context:
     model: Any = None  # part B's ModelInfo
     env: dict[str, Any] | None = None  # env snapshot (see dsdoctor env --format json)
     env_source: str | None = None
-    scripts: list[Any] = field(default_factory=list)  # part B's ScriptFacts, one per --script
+    scripts: list[Any] = field(default_factory=list)  # ScriptFacts, one per Python --script
+    launch_scripts: list[Any] = field(default_factory=list)  # launch.Launch per shell command
     script_sources: dict[str, str] = field(default_factory=dict)  # path -> text (read, not run)
     ds_version: str = DEFAULT_DS_VERSION  # the release the lints target
     ds_version_source: str = "default"
@@ -117,10 +120,11 @@ class Context:
 
     def gpu_memory_bytes(self) -> int | None:
         """Smallest GPU memory (the GPU that OOMs first): env snapshot, else the log, else None."""
-        sizes = [g.get("memory_total_bytes") for g in (self.env_get("gpus") or [])
-                 if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
+        sizes: list[float] = [
+            g["memory_total_bytes"] for g in (self.env_get("gpus") or [])
+            if isinstance(g, dict) and isinstance(g.get("memory_total_bytes"), (int, float))]
         if not sizes and self.log_facts is not None:
-            sizes = [g.get("total_bytes") for g in getattr(self.log_facts, "gpus", None) or []
+            sizes = [g["total_bytes"] for g in getattr(self.log_facts, "gpus", None) or []
                      if isinstance(g, dict) and isinstance(g.get("total_bytes"), (int, float))]
         return int(min(sizes)) if sizes else None
 
@@ -161,6 +165,55 @@ def _raw_model_config(path: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+_MAX_SCRIPT_BYTES = 8 * 1024 * 1024
+
+
+def _read_script(path: str) -> bytes:
+    """A --script file's bytes (read once; the AST check and the shell reader share them)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(_MAX_SCRIPT_BYTES + 1)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; check the --script path") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory; pass the training script (.py) or the shell "
+                         "launch script (.sh)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script "
+                         "path") from None
+    if len(raw) > _MAX_SCRIPT_BYTES:
+        raise UsageError(f"{path}: larger than 8 MiB, not a training or launch script; pass the "
+                         ".py file that builds the model or the .sh that launches it")
+    return raw
+
+
+_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
+_SHEBANG_SHELL = re.compile(r"#!\s*\S*(?:/|env\s+)(?:ba|z|k|da)?sh\b")
+_LAUNCH_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:deepspeed|torchrun|accelerate\s+launch|srun|"
+                          r"mpirun|python3?\s+-m\s+torch\.distributed\.(?:run|launch))\s", re.M)
+
+
+def is_shell_script(path: str, text: str) -> bool:
+    """A shell launch script (by name, shebang, or a launcher command at the start of a line).
+
+    A ``.py`` file is always Python; anything else that is not valid Python but launches
+    deepspeed/torchrun/accelerate is read as a shell script.
+    """
+    if path.endswith(".py"):
+        return False
+    if path.endswith(_SHELL_SUFFIXES) or _SHEBANG_SHELL.match(text):
+        return True
+    if not _LAUNCH_LINE.search(text):
+        return False
+    import ast  # noqa: PLC0415 - only for this check
+
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    return False
+
+
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?")
 
 
@@ -196,12 +249,13 @@ def _coerce_trainer_args(raw: Any) -> dict[str, Any]:
     return out
 
 
-def build_context(args: Any, scan_result: Any = None) -> Context:
+def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
     """Gather every input of one analysis into a :class:`Context`.
 
-    ``args`` needs ``config`` (list of paths), ``model``, ``env``, ``script`` (list) and optionally
-    ``ds_version`` and ``trainer_args`` (dict or argv list; used by rule examples and tests).
-    ``scan_result`` is the log's ScanResult (or None for a pre-flight check without a log).
+    ``inputs`` names the configs, model, env snapshot, scripts, the lint release and, for rule
+    examples and tests, Trainer arguments and a world size. ``scan_result`` is the log's
+    ScanResult (or None for a pre-flight check without a log). Each file is read once per process
+    (:func:`~dsdoctor.facts.inputs.cached`).
     """
     ctx = Context()
     if scan_result is not None:
@@ -211,8 +265,8 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
         ctx.files = list(getattr(scan_result, "files", []) or [])
 
     # Configs: at most one DeepSpeed config and one Accelerate config make sense together.
-    for path in getattr(args, "config", None) or []:
-        doc = load_config(path)
+    for path in inputs.configs:
+        doc = cached("config", path, load_config)
         ctx.configs.append(doc)
         ctx.notes.extend(doc.notes)
         if doc.kind == "accelerate":
@@ -252,7 +306,7 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
         if lf.uses_trainer is not None:
             ctx.uses_trainer = bool(lf.uses_trainer)
 
-    explicit = getattr(args, "trainer_args", None)
+    explicit = inputs.trainer_args
     if explicit:
         ctx.trainer_args.update(_coerce_trainer_args(explicit))
         ctx.uses_trainer = True
@@ -260,45 +314,55 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     # take --per_device_train_batch_size too and call deepspeed.initialize themselves.
 
     # Environment snapshot.
-    env_spec = getattr(args, "env", None)
+    env_spec = inputs.env
     if env_spec:
         from dsdoctor.facts.envinfo import load_snapshot  # "local" collects this machine's
 
-        ctx.env = load_snapshot(env_spec)
+        ctx.env = load_snapshot(env_spec) if env_spec == "local" else cached(
+            "env", env_spec, load_snapshot)
         ctx.env_source = "this machine" if env_spec == "local" else env_spec
         if ctx.world_size is None:
             gpus = ctx.env_get("gpus")
             # A snapshot describes one node; its GPU count is the world size only for one node.
             if isinstance(gpus, list) and gpus and ctx.env_get("nodes", 1) == 1:
                 ctx.world_size, ctx.world_size_source = len(gpus), "env (one node)"
-    if ctx.world_size is None and isinstance(getattr(args, "world_size", None), int):
-        ctx.world_size, ctx.world_size_source = args.world_size, "args"
+    if ctx.world_size is None and isinstance(inputs.world_size, int):
+        ctx.world_size, ctx.world_size_source = inputs.world_size, "args"
 
     # Model config (never weights).
-    model_path = getattr(args, "model", None)
+    model_path = inputs.model
     if model_path:
         from dsdoctor.facts.modelinfo import load_model_info
 
-        ctx.model = load_model_info(model_path)
-        ctx.model_config = _raw_model_config(model_path)
+        # cache on the file itself: a directory's stamp does not change when config.json does
+        inner = os.path.join(model_path, "config.json")
+        model_file = inner if os.path.isdir(model_path) and os.path.isfile(inner) else model_path
+        ctx.model = cached("model", model_file, load_model_info)
+        ctx.model_config = cached("model-json", model_file, _raw_model_config)
 
-    # Training scripts: read as text for AST checks; never imported or run.
-    scripts = getattr(args, "script", None) or []
-    if scripts:
-        from dsdoctor.facts.scriptcheck import check_script
-    for path in scripts:
-        try:
-            with open(path, "rb") as fh:
-                ctx.script_sources[path] = fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script path") from None
-        ctx.scripts.append(check_script(path))
+    # Scripts: read as text, never imported or run. A Python training script gets the AST
+    # checks; a shell launch script (run.sh) gives its deepspeed/torchrun/accelerate commands.
+    if inputs.scripts:
+        from dsdoctor.facts.launch import read_launch_script
+        from dsdoctor.facts.scriptcheck import check_source
+    for path in inputs.scripts:
+        raw = cached("bytes", path, _read_script)
+        text = raw.decode("utf-8", "replace")
+        ctx.script_sources[path] = text
+        if is_shell_script(path, text):
+            if b"\x00" in raw[:65536]:
+                raise UsageError(f"{path}: binary file (NUL bytes), not a shell launch script; "
+                                 "pass the .sh that launches the training")
+            ctx.launch_scripts.extend(cached(
+                "launch", path, functools.partial(read_launch_script, text=text)))
+        else:
+            ctx.scripts.append(cached("script", path, functools.partial(check_source, raw)))
     if ctx.uses_trainer is None and ctx.scripts:
         ctx.uses_trainer = any(sf.uses_trainer for sf in ctx.scripts)
     ctx.uses_accelerate = ctx.accelerate is not None or any(sf.uses_accelerate for sf in ctx.scripts)
 
     # Which DeepSpeed release the config is linted for.
-    target = _version_of(getattr(args, "ds_version", None))
+    target = _version_of(inputs.ds_version)
     if target:
         ctx.ds_version, ctx.ds_version_source = target, "--ds-version"
     else:

@@ -8,15 +8,12 @@ as Python lists are read with :func:`ast.literal_eval` (literals only), dict rep
 
 from __future__ import annotations
 
-import ast
-import itertools
-import json
-import math
-import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from dsdoctor.facts.printed import (coerce, config_from_engine_items, literal, load_config_json,
+                                    parse_kv_repr, read_json_block)
 from dsdoctor.model import Evidence, Fact
 
 #: Command-line arguments whose value is a model name or path (for the bf16 family table).
@@ -58,6 +55,21 @@ class LogFacts:
     accelerate: dict[str, Any] = field(default_factory=dict)  # distributed_type, mixed_precision
     accelerate_ds_config: dict[str, Any] | None = None
     uses_trainer: bool | None = None
+    # Where each fact was read (the run model quotes file:line); None/empty when not read.
+    world_size_ev: Evidence | None = None
+    nodes_ev: Evidence | None = None
+    ds_config_ev: Evidence | None = None  # the printed json block's first line, or the dump header
+    engine_item_ev: dict[str, Evidence] = field(default_factory=dict)  # printed key -> its line
+    trainer_arg_ev: dict[str, Evidence] = field(default_factory=dict)  # argument -> its line
+    params_ev: Evidence | None = None  # the line giving num_params
+    trainable_ev: Evidence | None = None  # the line giving trainable_params
+    peft_params_ev: Evidence | None = None  # PEFT's "trainable params: ... || all params: ..."
+    accelerate_ev: dict[str, Evidence] = field(default_factory=dict)  # distributed_type, ...
+    frames: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # DeepSpeed frames
+    log_modules: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # [stage3.py:N:f]
+    zero_banner: tuple[int, str, Evidence] | None = None  # "Creating <dtype> ZeRO stage N optimizer"
+    fsdp_frame_ev: Evidence | None = None
+    version_ev: dict[str, Evidence] = field(default_factory=dict)  # package -> the line naming it  # a traceback frame inside torch.distributed.fsdp
 
     def best_launch(self) -> LaunchInfo | None:
         """The launch showing the most script arguments (the runner's cmd often shows none)."""
@@ -88,95 +100,6 @@ class LogFacts:
         if self.trainer_args.get("bf16") is True:
             return "bf16"
         return None
-
-
-# ------------------------------------------------------------------------------ value parsing
-
-def coerce(text: Any) -> Any:
-    """A printed scalar as a Python value: True/False/None, int, float, else the string."""
-    if not isinstance(text, str):
-        return text
-    t = text.strip()
-    low = t.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    try:
-        if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+", t):  # DeepSpeed < 0.10 prints 500,000,000
-            return int(t.replace(",", ""))
-        if re.fullmatch(r"[+-]?\d+", t):
-            return int(t)
-        if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?", t):
-            f = float(t)
-            return f if math.isfinite(f) else t
-    except (ValueError, OverflowError):  # more digits than Python converts
-        return t
-    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
-        return t[1:-1]
-    return t
-
-
-def literal(text: str) -> Any:
-    """``ast.literal_eval`` of a printed list/dict (literals only; None when it is not one)."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
-
-
-_KV_KEY = re.compile(r"\s*([A-Za-z_]\w*)=")
-_KV_NEXT = re.compile(r"[ ,]+[A-Za-z_]\w*=")
-
-
-def parse_kv_repr(text: str) -> dict[str, Any]:
-    """Parse pydantic's ``__repr_str__`` output: ``a=1 b=Cls(c='x', d=None) e=[1, 2]``.
-
-    Nested ``Cls(...)`` become dicts; values are coerced; unparsable pieces stay strings.
-    """
-    out: dict[str, Any] = {}
-    i, n = 0, len(text)
-    while i < n:
-        m = _KV_KEY.match(text, i)
-        if not m:
-            break
-        key = m.group(1)
-        j = m.end()
-        depth, quote = 0, ""
-        k = j
-        while k < n:
-            ch = text[k]
-            if quote:
-                if ch == "\\":
-                    k += 2
-                    continue
-                if ch == quote:
-                    quote = ""
-            elif ch in "'\"":
-                quote = ch
-            elif ch in "([{":
-                depth += 1
-            elif ch in ")]}":
-                depth -= 1
-            elif depth == 0 and (ch == " " or ch == ","):
-                if _KV_NEXT.match(text, k):
-                    break
-            k += 1
-        out[key] = _repr_value(text[j:k].strip())
-        i = k
-        while i < n and text[i] in " ,":
-            i += 1
-    return out
-
-
-def _repr_value(v: str) -> Any:
-    m = re.fullmatch(r"[A-Za-z_]\w*\((.*)\)", v, re.S)
-    if m:
-        return parse_kv_repr(m.group(1))
-    if v[:1] in "[{(":
-        lit = literal(v)
-        return lit if lit is not None else v
-    return coerce(v)
 
 
 def parse_argv(tokens: list[str]) -> tuple[str | None, tuple[str, ...], dict[str, Any]]:
@@ -253,204 +176,35 @@ def _launch_from_cmd(cmd: str, ev: Evidence) -> LaunchInfo:
     return LaunchInfo(launcher, cmd, script, rest, ev)
 
 
-# ------------------------------------------------------------------------------ engine config
-
-_ZERO_ALIASES = {  # pydantic field name -> DeepSpeed config key
-    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
-    "param_persistence_threshold": "stage3_param_persistence_threshold",
-    "model_persistence_threshold": "stage3_model_persistence_threshold",
-    "max_live_parameters": "stage3_max_live_parameters",
-    "max_reuse_distance": "stage3_max_reuse_distance",
-    "gather_16bit_weights_on_model_save": "stage3_gather_16bit_weights_on_model_save",
-}
-# Keys the rules read; the rest of DeepSpeed's defaults would only add noise to a config lint.
-_ZERO_KEYS = ("stage", "contiguous_gradients", "overlap_comm", "reduce_bucket_size",
-              "allgather_bucket_size", "reduce_scatter", "sub_group_size", "round_robin_gradients")
-_ZERO3_KEYS = ("prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters",
-               "max_reuse_distance", "gather_16bit_weights_on_model_save")
-_OFFLOAD_KEYS = ("device", "nvme_path", "pin_memory", "buffer_count", "ratio")
-
-
-_OPTIMIZER_NAMES = {"adam": "Adam", "adamw": "AdamW", "lamb": "Lamb", "onebitadam": "OneBitAdam",
-                    "onebitlamb": "OneBitLamb", "zerooneadam": "ZeroOneAdam",
-                    "adagrad": "Adagrad", "muadam": "MuAdam", "muadamw": "MuAdamW",
-                    "musgd": "MuSGD", "lion": "Lion", "muon": "Muon"}
-
-
-def _offload(v: Any) -> dict[str, Any] | None:
-    if isinstance(v, dict) and v.get("device") not in (None, "none"):
-        return {k: v[k] for k in _OFFLOAD_KEYS if v.get(k) is not None}
-    return None
-
-
-def config_from_engine_items(items: dict[str, str]) -> dict[str, Any]:
-    """Rebuild the DeepSpeed config keys the rules use from the engine's printed attributes.
-
-    Works for the pydantic-era dump (``zero_config``/``float16_config``, DeepSpeed >= 0.7)
-    and the older flat one (``fp16_enabled``, ``initial_dynamic_scale``, ...).
-    """
-    cfg: dict[str, Any] = {}
-    for key in ("train_batch_size", "train_micro_batch_size_per_gpu",
-                "gradient_accumulation_steps", "gradient_clipping",
-                "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-                "communication_data_type", "prescale_gradients", "wall_clock_breakdown"):
-        if key in items:
-            v = coerce(items[key])
-            if v is not None:
-                cfg[key] = v
-    # fp16
-    fp16: dict[str, Any] = {}
-    f16 = parse_kv_repr(items["float16_config"]) if "float16_config" in items else {}
-    if f16:
-        for k in ("enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
-                  "hysteresis", "min_loss_scale"):
-            if k in f16 and f16[k] is not None:
-                fp16[k] = f16[k]
-    else:
-        if "fp16_enabled" in items:
-            fp16["enabled"] = coerce(items["fp16_enabled"])
-        scale = coerce(items.get("initial_dynamic_scale"))
-        if isinstance(scale, (int, float)) and scale > 0:
-            fp16["initial_scale_power"] = int(round(math.log2(scale)))
-        dyn = literal(items["dynamic_loss_scale_args"]) if "dynamic_loss_scale_args" in items \
-            else None
-        if isinstance(dyn, dict):
-            for src, dst in (("scale_window", "loss_scale_window"), ("delayed_shift", "hysteresis"),
-                             ("min_scale", "min_loss_scale")):
-                if src in dyn:
-                    fp16[dst] = dyn[src]
-        if "loss_scale" in items:
-            fp16["loss_scale"] = coerce(items["loss_scale"])
-    if fp16:
-        cfg["fp16"] = fp16
-    # bf16
-    if "bfloat16_config" in items:
-        b = parse_kv_repr(items["bfloat16_config"])
-        if "enabled" in b:
-            cfg["bf16"] = {"enabled": b["enabled"]}
-    elif "bfloat16_enabled" in items:
-        cfg["bf16"] = {"enabled": coerce(items["bfloat16_enabled"])}
-    # ZeRO
-    zero = parse_kv_repr(items["zero_config"]) if "zero_config" in items else {}
-    stage = zero.get("stage")
-    if stage is None and "zero_optimization_stage" in items:
-        stage = coerce(items["zero_optimization_stage"])
-    if isinstance(stage, int):
-        z: dict[str, Any] = {"stage": stage}
-        for k in _ZERO_KEYS:
-            if k in zero and zero[k] is not None:
-                z[k] = zero[k]
-        if stage >= 3:
-            for k in _ZERO3_KEYS:
-                if k in zero and zero[k] is not None:
-                    z[_ZERO_ALIASES.get(k, k)] = zero[k]
-        for k in ("offload_optimizer", "offload_param"):
-            off = _offload(zero.get(k))
-            if off:
-                z[k] = off
-        if not zero.get("offload_optimizer") and zero.get("cpu_offload") is True:
-            z["offload_optimizer"] = {"device": "cpu"}  # DeepSpeed < 0.3.16 flag
-        cfg["zero_optimization"] = z
-    # optimizer / scheduler
-    name = coerce(items.get("optimizer_name"))
-    if isinstance(name, str) and name:
-        # DeepSpeed prints the lower-cased name; give it back its documented spelling.
-        opt: dict[str, Any] = {"type": _OPTIMIZER_NAMES.get(name.lower(), name)}
-        params = literal(items.get("optimizer_params", "")) if items.get("optimizer_params") else None
-        if isinstance(params, dict):
-            opt["params"] = params
-        cfg["optimizer"] = opt
-    name = coerce(items.get("scheduler_name"))
-    if isinstance(name, str) and name:
-        sch: dict[str, Any] = {"type": name}
-        params = literal(items.get("scheduler_params", "")) if items.get("scheduler_params") else None
-        if isinstance(params, dict):
-            sch["params"] = params
-        cfg["scheduler"] = sch
-    return cfg
-
-
-# ------------------------------------------------------------------------------ json block
-
-_MAX_BLOCK_LINES = 2000  # DeepSpeed's pretty-printed configs are a few hundred lines at most
-
-
-def read_json_block(path: str, line: int) -> dict[str, Any] | None:
-    """The user config DeepSpeed printed as ``json = {`` at ``line`` of ``path``, re-read whole.
-
-    The scanner's pattern joins only a few lines; a long block is read back from the file
-    (plain or gz; never standard input) until its braces balance. None when it cannot be.
-    """
-    if not path or path in ("-", "<stdin>") or line < 1:
-        return None
-    from dsdoctor.errors import UsageError
-    from dsdoctor.logs.reader import normalize, open_log
-
-    try:
-        log = open_log(path)
-    except UsageError:
-        return None
-    parts: list[str] = []
-    depth = 0
-    try:
-        # The lines before the block are skipped by islice, without a Python-level loop.
-        for n, raw in enumerate(itertools.islice(log.stream, line - 1, None), start=line):
-            text = normalize(raw).text
-            if n == line:
-                i = text.find("json = {")
-                if i < 0:
-                    return None
-                text = text[i + len("json = "):]
-            parts.append(text)
-            depth += _brace_delta(text)
-            if depth <= 0 or n - line > _MAX_BLOCK_LINES:
-                break
-    except (OSError, EOFError, ValueError):
-        return None
-    finally:
-        log.close()
-    return _load_config_json("\n".join(parts)) if depth == 0 else None
-
-
-def _load_config_json(text: str) -> dict[str, Any] | None:
-    """The printed user config as a dict (None when it is not one).
-
-    DeepSpeed's encoder prints float("inf") as a bare inf (not JSON).
-    """
-    try:
-        data = json.loads(re.sub(r"(:\s*-?)inf\b", r"\1Infinity", text))
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _brace_delta(text: str) -> int:
-    """Net '{' minus '}' outside JSON strings."""
-    d, quote, esc = 0, False, False
-    for ch in text:
-        if quote:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                quote = False
-        elif ch == '"':
-            quote = True
-        elif ch == "{":
-            d += 1
-        elif ch == "}":
-            d -= 1
-    return d
-
-
 # ------------------------------------------------------------------------------ extraction
+
+#: Printed engine keys that state a config path (``ds_config_line`` quotes their log line).
+_ENGINE_KEY_OF_PATH = {
+    "zero_optimization.stage": ("zero_config", "zero_optimization_stage"),
+    "zero_optimization.offload_optimizer": ("zero_config", "zero_optimization"),
+    "zero_optimization.offload_param": ("zero_config", "zero_optimization"),
+    "fp16.enabled": ("float16_config", "fp16_enabled"),
+    "bf16.enabled": ("bfloat16_config", "bfloat16_enabled"),
+    "fp16.initial_scale_power": ("float16_config", "initial_dynamic_scale"),
+}
+
+
+def ds_config_line(lf: LogFacts, path: str) -> Evidence | None:
+    """The log line that states ``path`` of the printed DeepSpeed config (the json block's first
+    line, or the engine's own line for the key), or None."""
+    if lf.ds_config_source == "engine":
+        for key in _ENGINE_KEY_OF_PATH.get(path, (path.split(".")[-1],)):
+            if key in lf.engine_item_ev:
+                return lf.engine_item_ev[key]
+    return lf.ds_config_ev
+
 
 def extract(facts: Iterable[Fact]) -> LogFacts:
     """Fold the scanner's fact events into one LogFacts value."""
     lf = LogFacts()
-    json_configs: list[dict[str, Any]] = []
-    dump_args: dict[str, Any] = {}
+    json_configs: list[tuple[dict[str, Any], Evidence]] = []
+    dump_args: dict[str, tuple[Any, Evidence]] = {}
+    engine_header: Evidence | None = None
     for f in facts:
         v, ev = f.values, f.evidence
         if f.name == "launch-cmd" and isinstance(v.get("cmd"), str):
@@ -460,50 +214,80 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
                 script, rest = _script_and_rest(argv)
                 lf.launches.append(LaunchInfo("deepspeed", shlex.join(argv), script, rest, ev))
+        elif f.name == "subprocess-argv":
+            # the training command a launcher ran (accelerate's simple_launcher): plain python
+            argv = literal(v.get("argv", ""))
+            if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                script, rest = _script_and_rest(argv)
+                if script is not None:
+                    lf.launches.append(LaunchInfo("python", shlex.join(argv), script, rest, ev))
         elif f.name == "world-size":
             ws = v.get("world_size")
             if isinstance(ws, int) and ws > 0 and lf.world_size is None:
-                lf.world_size = ws
+                lf.world_size, lf.world_size_ev = ws, ev
         elif f.name == "launcher-nodes":
             if isinstance(v.get("nnodes"), int):
-                lf.nodes = v["nnodes"]
+                lf.nodes, lf.nodes_ev = v["nnodes"], ev
+        elif f.name == "engine-config":
+            engine_header = engine_header or ev
         elif f.name == "engine-config-item":
             key, val = v.get("key"), v.get("value")
             if isinstance(key, str) and isinstance(val, str):
                 lf.engine_items.setdefault(key, val)
+                lf.engine_item_ev.setdefault(key, ev)
         elif f.name == "ds-config-json":
             raw = v.get("json")
-            data = _load_config_json(raw) if isinstance(raw, str) else None
+            data = load_config_json(raw) if isinstance(raw, str) else None
             if data is not None:
-                json_configs.append(data)
+                json_configs.append((data, ev))
         elif f.name == "ds-config-json-start":
             # Only when join_next did not catch the block whole (it precedes on the same line).
             if not json_configs:
                 data = read_json_block(ev.file, ev.line)
                 if data is not None:
-                    json_configs.append(data)
+                    json_configs.append((data, ev))
+        elif f.name == "ds-frame":
+            if isinstance(v.get("module"), str):
+                lf.frames.append((v["module"], int(v.get("src_line") or 0), str(v.get("func", "")),
+                                  ev))
+        elif f.name == "ds-log-module":
+            if isinstance(v.get("module"), str) and len(lf.log_modules) < 64:
+                lf.log_modules.append((v["module"], int(v.get("src_line") or 0),
+                                       str(v.get("func", "")), ev))
+        elif f.name == "zero-optimizer":
+            dtype = str(v.get("dtype", ""))
+            if isinstance(v.get("stage"), int) and (lf.zero_banner is None or (
+                    dtype.startswith("torch.") and not lf.zero_banner[1].startswith("torch."))):
+                lf.zero_banner = (v["stage"], dtype, ev)
+        elif f.name == "fsdp-frame":
+            lf.fsdp_frame_ev = lf.fsdp_frame_ev or ev
         elif f.name == "accelerate-ds-config":
             d = literal(v.get("dict", ""))
             if isinstance(d, dict) and lf.accelerate_ds_config is None:
                 lf.accelerate_ds_config = d
         elif f.name == "accelerate-state":
             lf.accelerate.setdefault("distributed_type", v.get("distributed_type"))
+            lf.accelerate_ev.setdefault("distributed_type", ev)
         elif f.name == "accelerate-mixed-precision":
             lf.accelerate.setdefault("mixed_precision", v.get("mixed_precision"))
+            lf.accelerate_ev.setdefault("mixed_precision", ev)
         elif f.name == "num-elems":
             b = v.get("num_elems_b", v.get("params_b"))
             if isinstance(b, (int, float)) and 0 < b < 1e6 and lf.num_params is None:
-                lf.num_params = int(b * 1e9)
+                lf.num_params, lf.params_ev = int(b * 1e9), ev
         elif f.name == "trainable-params":
             if isinstance(v.get("trainable"), int) and lf.trainable_params is None:
-                lf.trainable_params = v["trainable"]
+                lf.trainable_params, lf.trainable_ev = v["trainable"], ev
             if isinstance(v.get("total"), int) and v["total"] > 0:
-                lf.num_params = v["total"]  # exact count beats ZeRO-3's rounded billions
+                # exact count beats ZeRO-3's rounded billions; only PEFT prints "all params"
+                lf.num_params, lf.params_ev = v["total"], ev
+                lf.peft_params_ev = lf.peft_params_ev or ev
         elif f.name == "package-version":
             pkg = _PKG_ALIASES.get(str(v.get("package", "")).lower())
             ver = v.get("version")
             if pkg and isinstance(ver, str):
                 lf.versions.setdefault(pkg, ver)
+                lf.version_ev.setdefault(pkg, ev)
         elif f.name == "cuda-version":
             if isinstance(v.get("which"), str) and isinstance(v.get("version"), str):
                 lf.cuda.setdefault(v["which"], v["version"])
@@ -517,7 +301,7 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
         elif f.name == "trainer-arg":
             key = v.get("key")
             if isinstance(key, str):
-                dump_args.setdefault(key, coerce(v.get("value", "")))
+                dump_args.setdefault(key, (coerce(v.get("value", "")), ev))
         elif f.name == "trainer-batch":
             lf.uses_trainer = True if lf.uses_trainer is None else lf.uses_trainer
 
@@ -528,23 +312,28 @@ def extract(facts: Iterable[Fact]) -> LogFacts:
             if k in ("local_rank", "world_info"):
                 continue
             lf.trainer_args[k] = val
-    for k, val in dump_args.items():
+            lf.trainer_arg_ev[k] = best.evidence
+    for k, (val, ev) in dump_args.items():
         if k in ("local_rank", "_n_gpu", "world_size"):
             continue
         lf.trainer_args[k] = val
+        lf.trainer_arg_ev[k] = ev
 
     # The DeepSpeed config: the user's printed JSON when whole, else the engine's key dump.
     if json_configs:
-        lf.ds_config, lf.ds_config_source = json_configs[0], "json"
+        (lf.ds_config, lf.ds_config_ev), lf.ds_config_source = json_configs[0], "json"
     elif lf.engine_items:
         cfg = config_from_engine_items(lf.engine_items)
         if cfg:
             lf.ds_config, lf.ds_config_source = cfg, "engine"
+            lf.ds_config_ev = engine_header or next(iter(lf.engine_item_ev.values()), None)
     ws = coerce(lf.engine_items.get("world_size"))
     if lf.world_size is None and isinstance(ws, int) and ws > 0:
-        lf.world_size = ws
+        lf.world_size, lf.world_size_ev = ws, lf.engine_item_ev.get("world_size")
     return lf
 
 
-__all__ = ["LogFacts", "LaunchInfo", "extract", "parse_argv", "parse_kv_repr",
-           "config_from_engine_items", "coerce", "literal", "MODEL_ARGS"]
+# coerce, literal, parse_kv_repr, config_from_engine_items and read_json_block live in
+# facts/printed.py and are re-exported here for existing callers.
+__all__ = ["LogFacts", "LaunchInfo", "ds_config_line", "extract", "parse_argv", "parse_kv_repr",
+           "config_from_engine_items", "coerce", "literal", "read_json_block", "MODEL_ARGS"]

@@ -21,9 +21,11 @@ T = TypeVar("T")
 
 #: Kinds of source, from the most to the least trustworthy about what the run really did.
 SOURCE_KINDS: tuple[str, ...] = (
-    "log-frames",  # traceback frames of the failing run (stage3.py, stage_1_and_2.py, offload code)
+    "log-frames",  # code the run went through: traceback frames (stage3.py, stage_1_and_2.py,
+    # offload code, torch fsdp) and the module DeepSpeed's logger names ([stage3.py:2323:...])
     "log-config",  # the config DeepSpeed printed at start-up
-    "log-banner",  # other lines the run printed (PEFT's trainable params, Trainer banners, versions)
+    "log-banner",  # other lines the run printed (PEFT's trainable params, "Creating ... ZeRO stage N
+    # optimizer", dist_world_size, Accelerate state, versions, the timeline)
     "config",  # the config file given with --config
     "launch",  # a launch command (runner cmd =, launcher argv, torchrun/accelerate, --script shell)
     "trainer-args",  # Trainer arguments (printed TrainingArguments, the command line, a script)
@@ -118,6 +120,9 @@ class RunModel:
     peft: Known[bool] | None = None  # PEFT adapters (LoRA and friends)
     qlora: Known[bool] | None = None  # 4-/8-bit quantized base model under PEFT
     fsdp: Known[bool] | None = None
+    launcher: Known[str] | None = None  # "deepspeed" | "torchrun" | "accelerate" | "python"
+    ds_config_path: Known[str] | None = None  # the Trainer's --deepspeed path on the command line
+    gradient_checkpointing: Known[bool] | None = None
     # model and batch
     model_params: Known[int] | None = None
     trainable_params: Known[int] | None = None

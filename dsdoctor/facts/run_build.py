@@ -7,44 +7,18 @@ is absent contributes nothing: the model never guesses a value no source states.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from dsdoctor.facts.run import Conflict, Known, RunModel, Source, pick
+from dsdoctor.facts import run_sources
+from dsdoctor.facts.run_sources import Candidates as _Candidates
+from dsdoctor.facts.run_sources import as_int as _int
+from dsdoctor.facts.run_sources import truthy as _truthy
+from dsdoctor.facts.logfacts import ds_config_line
+from dsdoctor.facts.run import SOURCE_RANK, Conflict, Known, RunModel, Source, pick
+from dsdoctor.model import Evidence
 
 if TYPE_CHECKING:
     from dsdoctor.facts.context import Context
-
-
-@dataclass
-class _Candidates:
-    """Candidate values per RunModel field, in the order the sources were read."""
-
-    by_fact: dict[str, list[Known[Any]]] = field(default_factory=lambda: defaultdict(list))
-
-    def add(self, fact: str, value: Any, source: Source, confidence: str = "stated") -> None:
-        if value is not None:
-            self.by_fact[fact].append(Known(value, source, confidence))
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(v.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _truthy(v: Any) -> bool:
-    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
 
 
 def _offload_device(cfg: dict[str, Any], key: str) -> str | None:
@@ -68,6 +42,10 @@ def _precision(cfg: dict[str, Any]) -> str | None:
         section = cfg.get(name)
         return isinstance(section, dict) and _truthy(section.get("enabled"))
 
+    for name in ("bf16", "bfloat16", "fp16"):
+        section = cfg.get(name)
+        if isinstance(section, dict) and section.get("enabled") == "auto":
+            return None  # the Trainer/Accelerate decide: the config states no precision
     if enabled("bf16") or enabled("bfloat16"):
         return "bf16"
     if enabled("fp16"):
@@ -77,12 +55,19 @@ def _precision(cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def _from_ds_config(c: _Candidates, cfg: dict[str, Any], kind: str, file: str | None,
-                    line_of: Any) -> None:
-    """Facts a DeepSpeed config states. ``line_of(path)`` gives the line of a dotted key."""
+def _src(kind: str, ev: Evidence | None, detail: str) -> Source:
+    """A source at a log line (or without a place when the line is not known)."""
+    return Source(kind, ev.file, ev.line, detail) if ev is not None else Source(kind, None, None,
+                                                                                detail)
+
+
+def _from_ds_config(c: _Candidates, cfg: dict[str, Any], kind: str,
+                    where: Callable[[str], tuple[str | None, int | None]]) -> None:
+    """Facts a DeepSpeed config states. ``where(path)`` gives (file, line) of a dotted key."""
 
     def src(path: str) -> Source:
-        return Source(kind, file, line_of(path), path)
+        file, line = where(path)
+        return Source(kind, file, line, path)
 
     zero = cfg.get("zero_optimization")
     if isinstance(zero, dict) and "stage" in zero:
@@ -110,20 +95,27 @@ def _from_ds_config(c: _Candidates, cfg: dict[str, Any], kind: str, file: str | 
 def _from_context(ctx: Context) -> _Candidates:
     c = _Candidates()
     lf = ctx.log_facts
+    # What the run did: the frames of its tracebacks come first (see run_sources.from_frames,
+    # called last because it only adds what no other source already says the same way).
     # What the run printed about its config (the engine's own view of the run).
-    if ctx.ds_from_log:
-        _from_ds_config(c, ctx.ds_from_log, "log-config", None, lambda path: None)
+    if ctx.ds_from_log and lf is not None:
+        def log_line(path: str) -> tuple[str | None, int | None]:
+            ev = ds_config_line(lf, path)
+            return (ev.file, ev.line) if ev is not None else (None, None)
+
+        _from_ds_config(c, ctx.ds_from_log, "log-config", log_line)
     # The config file given with --config (or found through an Accelerate config).
     if ctx.ds is not None and ctx.ds_source in ("config", "accelerate"):
         doc = ctx.ds
-        _from_ds_config(c, doc.data, "config", doc.path,
-                        doc.line)
+        _from_ds_config(c, doc.data, "config", lambda path: (doc.path, doc.line(path)))
     # Scale.
-    if ctx.world_size:
-        kind = {"log": "log-banner", "args": "launch"}.get(ctx.world_size_source or "", "env")
-        c.add("world_size", ctx.world_size, Source(kind, None, None, ctx.world_size_source or ""))
+    if lf is not None and lf.world_size:
+        ev = lf.world_size_ev
+        c.add("world_size", lf.world_size, _src("log-banner", ev, "world size"))
     if lf is not None and lf.nodes:
-        c.add("nodes", lf.nodes, Source("log-banner", None, None, "launcher nodes"))
+        c.add("nodes", lf.nodes, _src("log-banner", lf.nodes_ev, "launcher nodes"))
+    if ctx.world_size and ctx.world_size_source == "args":
+        c.add("world_size", ctx.world_size, Source("launch", None, None, "world size given"))
     if ctx.env:
         gpus = [g for g in (ctx.env_get("gpus") or []) if isinstance(g, dict)]
         sizes = [int(g["memory_total_bytes"]) for g in gpus
@@ -134,8 +126,13 @@ def _from_context(ctx: Context) -> _Candidates:
         names = [g.get("name") for g in gpus if isinstance(g.get("name"), str)]
         if names:
             c.add("gpu_name", names[0], env_src)
+        if ctx.world_size_source == "env (one node)":
+            # a snapshot's GPU count is the world size only if the run used every GPU of one node
+            c.add("world_size", ctx.world_size,
+                  Source("env", ctx.env_source, None, "gpus (one node)"), "inferred")
         ram = ctx.env_get("cpu.ram_total_bytes")
-        c.add("cpu_ram_bytes", _int(ram), Source("env", ctx.env_source, None, "cpu.ram_total_bytes"))
+        c.add("cpu_ram_bytes", _int(ram),
+              Source("env", ctx.env_source, None, "cpu.ram_total_bytes"))
         for pkg in ("deepspeed", "torch", "transformers", "accelerate", "peft", "bitsandbytes"):
             v = ctx.env_get(f"packages.{pkg}")
             if isinstance(v, str):
@@ -146,19 +143,19 @@ def _from_context(ctx: Context) -> _Candidates:
         if sizes:
             c.add("gpu_memory_bytes", min(sizes), Source("log-banner", None, None, "GPU memory"))
         for pkg, v in lf.versions.items():
-            c.add(f"version:{pkg}", v, Source("log-banner", None, None, f"{pkg} version"))
-        c.add("model_params", lf.num_params, Source("log-banner", None, None, "parameters"))
+            c.add(f"version:{pkg}", v, _src("log-banner", lf.version_ev.get(pkg), f"{pkg} version"))
+        c.add("model_params", lf.num_params, _src("log-banner", lf.params_ev, "parameters"))
         c.add("trainable_params", lf.trainable_params,
-              Source("log-banner", None, None, "trainable params"))
-    # Trainer arguments (as the log or the caller gives them).
-    ta = ctx.trainer_args
-    for fact, key in (("micro_batch", "per_device_train_batch_size"),
-                      ("grad_accum", "gradient_accumulation_steps")):
-        c.add(fact, _int(ta.get(key)), Source("trainer-args", None, None, key))
-    if _truthy(ta.get("bf16")):
-        c.add("precision", "bf16", Source("trainer-args", None, None, "bf16"))
-    elif _truthy(ta.get("fp16")):
-        c.add("precision", "fp16", Source("trainer-args", None, None, "fp16"))
+              _src("log-banner", lf.trainable_ev, "trainable params"))
+    if ctx.model is not None and getattr(ctx.model, "params", None) is not None:
+        c.add("model_params", ctx.model.params.total,
+              Source("model", ctx.model.path, None, "parameters computed from config.json"),
+              "inferred")
+    # Launch commands (the log's and --script shell scripts'), Trainer arguments, PEFT/QLoRA/FSDP.
+    run_sources.from_launches(c, ctx)
+    run_sources.from_trainer_args(c, ctx)
+    run_sources.from_adapters(c, ctx)
+    run_sources.from_banners(c, ctx)
     if ctx.uses_trainer is not None:
         c.add("uses_trainer", ctx.uses_trainer, Source("log-banner" if ctx.facts else "script"),
               "inferred")
@@ -166,6 +163,7 @@ def _from_context(ctx: Context) -> _Candidates:
         c.add("uses_accelerate", True, Source("config" if ctx.accelerate else "script"))
     # Progress, from the timeline (steps and fp16 skips the engine or the Trainer printed).
     _from_timeline(c, ctx)
+    run_sources.from_frames(c, ctx)
     return c
 
 
@@ -183,6 +181,20 @@ def _from_timeline(c: _Candidates, ctx: Context) -> None:
         c.add("lr_last", lrs[-1].lr, Source("log-banner", lrs[-1].file, lrs[-1].line, "lr"))
 
 
+def _batch_arithmetic(fields: dict[str, Any]) -> None:
+    """train batch = micro x accum x world, inferred, when all three are known and no source
+    states it (a stated train batch that disagrees is DS309's finding, not a conflict here)."""
+    micro, accum, world = (fields.get(k) for k in ("micro_batch", "grad_accum", "world_size"))
+    if "train_batch" in fields or micro is None or accum is None or world is None:
+        return
+    parts = (micro, accum, world)
+    weakest = max((p.source.kind for p in parts), key=lambda k: SOURCE_RANK.get(k, 99))
+    detail = (f"micro {micro.value} x accum {accum.value} x world {world.value} "
+              f"({micro.source.describe()}; {accum.source.describe()}; {world.source.describe()})")
+    fields["train_batch"] = Known(micro.value * accum.value * world.value,
+                                  Source(weakest, None, None, detail), "inferred")
+
+
 def build(ctx: Context) -> RunModel:
     """The run model of one analysis context."""
     cands = _from_context(ctx)
@@ -198,6 +210,7 @@ def build(ctx: Context) -> RunModel:
             continue  # a version printed by another node or tool is not a conflict worth a finding
         fields[fact] = kept
         conflicts.extend(found)
+    _batch_arithmetic(fields)
     return RunModel(**fields, versions=tuple(sorted(versions)), conflicts=tuple(conflicts))
 
 

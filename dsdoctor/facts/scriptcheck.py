@@ -80,6 +80,9 @@ class ScriptFacts:
     dtypes: tuple[DtypeUse, ...] = ()
     imports: tuple[str, ...] = ()  # top-level package names imported
     uses_peft: bool = False
+    # literal keyword values of TrainingArguments(...)-like calls: (argument, value, line)
+    training_arg_values: tuple[tuple[str, Any, int], ...] = ()
+    quant_4bit: tuple[Site, ...] = ()  # load_in_4bit=True (BitsAndBytesConfig, from_pretrained)
 
     # ------------------------------------------------------------------ derived facts
     @property
@@ -195,7 +198,8 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
         from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
         trainers=tuple(v.trainers), accelerators=tuple(v.accelerators),
         ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
-        imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports)
+        imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports,
+        training_arg_values=tuple(v.training_arg_values), quant_4bit=tuple(v.quant_4bit))
 
 
 def _dotted(node: ast.AST) -> str:
@@ -223,6 +227,17 @@ def _dtype_literal(node: ast.AST) -> str | None:
             "float": "float32"}.get(name, name)
 
 
+_NOT_LITERAL = object()
+
+
+def _literal(node: ast.AST) -> Any:
+    """A keyword's value when it is a literal (``8``, ``True``, ``"ds.json"``), else _NOT_LITERAL."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NOT_LITERAL
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
@@ -238,6 +253,8 @@ class _Visitor(ast.NodeVisitor):
         self.dtypes: list[DtypeUse] = []
         self.imports: set[str] = set()
         self.uses_peft = False
+        self.training_arg_values: list[tuple[str, Any, int]] = []
+        self.quant_4bit: list[Site] = []
         self._kept: set[int] = set()  # id() of Call nodes whose value is stored
 
     # ----------------------------------------------------------------------- helpers
@@ -325,6 +342,10 @@ class _Visitor(ast.NodeVisitor):
                                    for key in ("torch_dtype", "dtype") if key in kw)
         elif last in _TRAINING_ARGS:
             self.training_args.append(self._site(node))
+            for key, value in kw.items():
+                lit = _literal(value)
+                if lit is not _NOT_LITERAL:
+                    self.training_arg_values.append((key, lit, getattr(value, "lineno", node.lineno)))
         elif last in _TRAINER_CLASSES:
             self.trainers.append(self._site(node))
         elif last == "Accelerator":
@@ -335,6 +356,10 @@ class _Visitor(ast.NodeVisitor):
             self.merges.append(self._site(node))
         elif last in ("get_peft_model", "prepare_model_for_kbit_training", "LoraConfig"):
             self.uses_peft = True
+        q = kw.get("load_in_4bit")
+        if isinstance(q, ast.Constant) and q.value is True and \
+                last in ("BitsAndBytesConfig", "from_pretrained"):
+            self.quant_4bit.append(self._site(node))
         if last == "BitsAndBytesConfig":
             self.dtypes.extend(DtypeUse(self._site(node), key, _dtype_literal(kw[key]))
                                for key in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype")

@@ -5,12 +5,12 @@ Used by the TUI (tui.py) and by ``watch --plain``; it imports no UI library.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import threading
 from dataclasses import dataclass
 
+from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.model import Evidence, Finding
 from dsdoctor.diagnose.pipeline import evaluate
 from dsdoctor.render.analysis import timeline_summary
@@ -35,12 +35,12 @@ class WatchState:
 class Tailer:
     """Follows one file (also across truncation/rotation), feeding a TailScanner."""
 
-    def __init__(self, path: str, args: argparse.Namespace, from_start: bool = True):
+    def __init__(self, path: str, inputs: AnalysisInputs, from_start: bool = True):
         self.path = path
-        self.args = args
+        self.inputs = inputs
         self.events: list[tuple[str, Evidence, dict]] = []
         self._lock = threading.Lock()
-        self._scanner = Scanner(engine=getattr(args, "engine", "auto"))
+        self._scanner = Scanner(engine=inputs.engine)
         self.tail = TailScanner(path, self._scanner, on_event=self._on_event)
         self._pos = 0 if from_start else (os.path.getsize(path) if os.path.exists(path) else 0)
         self._ino = None
@@ -67,7 +67,7 @@ class Tailer:
         if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._pos):
             # rotated or truncated: start over on the new file
             self._pos = 0
-            self._scanner = Scanner(engine=getattr(self.args, "engine", "auto"))
+            self._scanner = Scanner(engine=self.inputs.engine)
             self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
         self._ino = st.st_ino
         if st.st_size <= self._pos:
@@ -83,7 +83,7 @@ class Tailer:
     def snapshot(self) -> WatchState:
         res = self.tail.result()
         try:
-            findings, _, _ = evaluate(self.args, res)
+            findings, _, _ = evaluate(self.inputs, res)
             error = ""
         except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
             findings, error = list(self.state.findings), f"rules: {exc}"

@@ -242,7 +242,12 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
                      "or stop the other job")
     if known is not None and known.source.kind not in ("config", "default"):
         head += f" The run is at ZeRO stage {stage} ({stage_source(ctx)})."
-        written = ctx.run.zero_stage
+        # The config's stage, where it disagrees: a conflict the run model kept (frames outrank
+        # the config), or the model's own answer when the frames came from the fallback.
+        written = next((c.other for c in ctx.run.conflicts
+                        if c.fact == "zero_stage" and c.other.value != stage), None)
+        if written is None and ctx.run.zero_stage is not None:
+            written = ctx.run.zero_stage
         if written is not None and written.value != stage:
             head += (f" The config given says stage {written.value} "
                      f"({written.source.describe()}): maybe not the config of this run.")

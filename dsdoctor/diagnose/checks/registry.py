@@ -16,6 +16,7 @@ from dsdoctor.diagnose.checks import (
     oom,
     precision,
     qlora,
+    run_sources,
     trainer,
     zero,
 )
@@ -73,6 +74,7 @@ CHECKS: dict[str, CheckFn] = {
     "numbers_as_strings": config_keys.numbers_as_strings,  # DS318
     "values_rejected": config_keys.values_rejected,  # DS319
     "config_differs_from_log": config_keys.config_differs_from_log,  # DS320
+    "run_sources_disagree": run_sources.run_sources_disagree,  # DS321
 }
 
 __all__ = ["CHECKS", "CheckFn"]
