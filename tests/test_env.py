@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsdoctor.facts import envinfo
+from dsdoctor.facts import env_child, envinfo
 from dsdoctor.cli.main import main
 from dsdoctor.cli.env import gpu_summary, render_markdown
 from dsdoctor.errors import UsageError
@@ -155,8 +155,8 @@ def test_a_failing_probe_becomes_an_error_entry(monkeypatch: pytest.MonkeyPatch)
 def test_broken_or_hanging_child_probe_is_isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     # Pretend torch and DeepSpeed are installed; their child probes crash and hang.
     monkeypatch.setattr(envinfo, "_installed", lambda *a: True)
-    monkeypatch.setattr(envinfo, "_TORCH_PROBE", "import sys; sys.exit('libcudart.so.12: cannot open')")
-    monkeypatch.setattr(envinfo, "_DEEPSPEED_PROBE", "import time; time.sleep(30)")
+    monkeypatch.setattr(env_child, "TORCH_PROBE", "import sys; sys.exit('libcudart.so.12: cannot open')")
+    monkeypatch.setattr(env_child, "DEEPSPEED_PROBE", "import time; time.sleep(30)")
     t0 = time.monotonic()
     snap = envinfo.collect(ops=True, timeout=1.5)
     assert time.monotonic() - t0 < 10
@@ -381,11 +381,11 @@ def test_env_probes_the_interpreter_given_with_python(tmp_path: Path) -> None:
 
 def test_env_defaults_to_the_active_virtualenv(tmp_path: Path) -> None:
     other = _bare_venv(tmp_path / "active")
-    assert envinfo.training_python({"VIRTUAL_ENV": str(tmp_path / "active")}) == str(other)
+    assert env_child.training_python({"VIRTUAL_ENV": str(tmp_path / "active")}) == str(other)
     # dsdoctor's own environment active, or none: dsdoctor's interpreter
-    assert envinfo.training_python({"VIRTUAL_ENV": sys.prefix}) == sys.executable
-    assert envinfo.training_python({}) == sys.executable
-    assert envinfo.training_python({"VIRTUAL_ENV": str(tmp_path / "missing")}) == sys.executable
+    assert env_child.training_python({"VIRTUAL_ENV": sys.prefix}) == sys.executable
+    assert env_child.training_python({}) == sys.executable
+    assert env_child.training_python({"VIRTUAL_ENV": str(tmp_path / "missing")}) == sys.executable
 
 
 def test_env_python_that_is_not_an_interpreter_is_one_line(capsys: pytest.CaptureFixture[str],

@@ -275,11 +275,11 @@ def render_text(snap: dict[str, Any], file: Any = None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``dsdoctor env``."""
-    from dsdoctor.facts import envinfo
+    from dsdoctor.facts import env_child, envinfo
 
     if args.timeout <= 0:
         raise UsageError(f"--timeout {args.timeout}: must be a positive number of seconds")
-    python = args.python or envinfo.training_python()
+    python = args.python or env_child.training_python()
     if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         raise UsageError(f"--python {args.python}: not an executable file; give the interpreter "
                          "the training runs with, e.g. /path/to/venv/bin/python")
