@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     if "-" in args.logs:
         raise UsageError("-: report reads the log twice (analysis and excerpt); save it to a file first")
-    red = Redactor(paths=args.redact_paths, hosts=args.redact_hosts)
+    # The body exists to be posted publicly: user names, home paths, host names and IPs become
+    # placeholders unless the user keeps them (--keep-paths / --keep-hosts).
+    red = Redactor(paths=not args.keep_paths, hosts=not args.keep_hosts, this_machine=True)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
     env = envinfo.load_snapshot(args.env) if args.env else None
     report, notes = _analyze(args)
@@ -96,12 +98,20 @@ def register(subparsers: Any) -> None:
         "report", help="write a GitHub issue body (DeepSpeed/Transformers/Accelerate template)",
         description="Analyze the run and write a Markdown issue body in the target project's bug "
         "template: description, diagnosis, the first error with context (deduplicated across "
-        "ranks), launch arguments, config and environment. Secrets are always redacted.")
+        "ranks), launch arguments, config and environment. Secrets are always redacted; user names, "
+        "home paths, host names and IP addresses become placeholders (<user>, <host-1>, <ip-1>) "
+        "unless --keep-paths / --keep-hosts.")
     p.add_argument("logs", nargs="+", metavar="LOG", help="training log file(s), plain or .gz")
     add_input_options(p)
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
-    p.add_argument("--redact-paths", action="store_true", help="also hide user home directories")
-    p.add_argument("--redact-hosts", action="store_true", help="also hide host names and IP addresses")
+    p.add_argument("--keep-paths", action="store_true",
+                   help="keep user names and home paths (default: /home/<user>/...)")
+    p.add_argument("--keep-hosts", action="store_true",
+                   help="keep host names and IP addresses (default: <host-1>, <ip-1>)")
+    # Before hosts and paths were hidden by default these flags turned it on; they stay accepted
+    # so existing scripts keep working, and do nothing more than the default.
+    p.add_argument("--redact-paths", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--redact-hosts", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)

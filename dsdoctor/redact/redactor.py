@@ -21,6 +21,10 @@ from dsdoctor.redact.names import harmless_value, is_secret_name, redact_named
 # Longest text redacted in one piece; longer texts are redacted line by line (a secret format
 # never spans lines except a PEM block, whose lines are each caught by pem-body-line).
 _WHOLE_LIMIT = 4 * 1024 * 1024
+# Keys and variables whose value is a host / a user name (learned, then hidden everywhere).
+_HOST_KEYS = frozenset({"hostname", "host", "node", "nodename", "master_addr", "masteraddr",
+                        "slurm_nodelist", "slurmd_nodename", "slurm_submit_host", "main_process_ip"})
+_USER_KEYS = frozenset({"user", "username", "logname", "slurm_job_user", "sudo_user"})
 
 
 # A run of URL-encoded text ("next=https%3A%2F%2Fu%3Ap%40h", "sig=ab%2Bc%3D").
@@ -78,6 +82,14 @@ class Redactor:
         """Remember user and host names found in ``text`` (only when hiding them)."""
         self._identity.learn(text)
 
+    def _learn_pair(self, key: str, value: str) -> None:
+        k = key.lower()
+        if k in _HOST_KEYS:
+            if self.hosts:
+                self._identity.add_host(value)
+        elif k in _USER_KEYS and self.paths:
+            self._identity.add_user(value)
+
     def text(self, text: str) -> str:
         """``text`` with every secret (and, if enabled, user path and host) hidden."""
         if not text:
@@ -92,6 +104,8 @@ class Redactor:
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """Environment variables: secret names lose their whole value, the others are scanned."""
         out: dict[str, str] = {}
+        for name, value in env.items():
+            self._learn_pair(str(name), str(value))
         for name, value in env.items():
             if is_secret_name(name) and not harmless_value(str(value)):
                 out[name] = REDACTED
@@ -109,6 +123,8 @@ class Redactor:
         if isinstance(value, str):
             if key and is_secret_name(key) and not harmless_value(value):
                 return REDACTED
+            if key:
+                self._learn_pair(key, value)
             return self.text(value)
         if key and is_secret_name(key) and isinstance(value, int | float) and not isinstance(value, bool):
             return REDACTED  # a numeric PIN or password is a secret too
@@ -151,3 +167,13 @@ def redact_report(report: Any, redactor: Redactor | None = None) -> Any:
     facts = tuple(replace(f, values=red.obj(f.values), evidence=ev(f.evidence)) for f in report.facts)
     return replace(report, symptoms=symptoms, findings=findings, facts=facts,
                    inputs=red.obj(report.inputs), notes=tuple(red.text(n) for n in report.notes))
+
+
+# Characters a token is made of; a text cut inside one of them keeps a prefix of it.
+_CUT_TAIL = re.compile(r"[A-Za-z0-9_\-+/=.%~:@]+$")
+
+
+def drop_cut_tail(text: str) -> str:
+    """For a text that was cut upstream (a read cap), drop its last word: it may be the first
+    half of a token, too short for any format to recognise."""
+    return _CUT_TAIL.sub("…", text)

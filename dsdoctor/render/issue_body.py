@@ -27,7 +27,8 @@ from dsdoctor.cli.env import os_line, render_markdown, shape
 from dsdoctor.errors import UsageError
 from dsdoctor.model import Report
 from dsdoctor.logs.reader import ANSI_RE, normalize, open_log
-from dsdoctor.redact import Redactor
+from dsdoctor.redact import Redactor, redact_secrets
+from dsdoctor.redact.redactor import drop_cut_tail
 
 #: target -> (GitHub repository, template style, title prefix)
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -186,9 +187,15 @@ def _norm(item: tuple[int, bytes]) -> tuple[int, str, Any]:
 
 
 def normalize_display(raw: bytes) -> str:
-    """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped."""
+    """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped.
+
+    Secrets are removed before the line is cut, so a token across the cut is never half shown;
+    a line longer than the read cap loses its last, possibly cut, word."""
     text = raw[:8192].decode("utf-8", errors="replace").replace("\x00", "")
-    return ANSI_RE.sub("", text).rstrip()[:2000]
+    if len(raw) > 8192:
+        text = drop_cut_tail(text)
+    text = ANSI_RE.sub("", text).rstrip()
+    return text if len(text) <= 2000 else redact_secrets(text)[:2000]
 
 
 def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,
@@ -446,7 +453,7 @@ def read_config(path: str, redactor: Redactor) -> ConfigText:
 # the body
 # --------------------------------------------------------------------------------------------
 
-def _excerpt_md(ex: LogExcerpt, name: str) -> str:
+def _excerpt_md(ex: LogExcerpt, name: str, red: Redactor) -> str:
     width = len(str(ex.lines[-1].line)) if ex.lines else 1
     rows = []
     for ln in ex.lines:
@@ -464,7 +471,7 @@ def _excerpt_md(ex: LogExcerpt, name: str) -> str:
             out += f"\n\nThe same error is also the first error in: {', '.join('`' + x + '`' for x in same)}."
         if diff:
             out += "\n\nFirst errors of the other log files:\n" + "\n".join(
-                f"- `{name}` line {n}: `{e.replace('`', chr(39))[:200]}`" for name, n, e in diff)
+                f"- `{name}` line {n}: `{red.cut(e, 200).replace('`', chr(39))}`" for name, n, e in diff)
     return out
 
 
@@ -490,7 +497,7 @@ def _loc(e: Any) -> str:
     return f"{Path(e.file).name}:{e.line}"
 
 
-def _findings_md(report: Report | None) -> list[str]:
+def _findings_md(report: Report | None, red: Redactor) -> list[str]:
     if report is None:
         return []
     out: list[str] = []
@@ -505,7 +512,7 @@ def _findings_md(report: Report | None) -> list[str]:
         for s in report.symptoms:
             ranks = f", ranks {','.join(map(str, s.ranks[:16]))}" if s.ranks else ""
             out.append(f"- `{s.kind}`: {s.count} occurrence(s), first at {_loc(s.first)}{ranks}: "
-                       f"`{s.first.text[:200].replace('`', chr(39))}`")
+                       f"`{red.cut(s.first.text, 200).replace('`', chr(39))}`")
     return out
 
 
@@ -539,7 +546,7 @@ def _config_summary(configs: Sequence[ConfigText]) -> str:
     return ""
 
 
-def _title(report: Report | None, ex: LogExcerpt | None, prefix: str) -> str:
+def _title(report: Report | None, ex: LogExcerpt | None, prefix: str, red: Redactor) -> str:
     text = ""
     if report is not None:
         errs = [f for f in report.findings if f.severity == "error"] or list(report.findings)
@@ -549,7 +556,8 @@ def _title(report: Report | None, ex: LogExcerpt | None, prefix: str) -> str:
         text = ex.error
     if not text and report is not None and report.symptoms:
         text = f"{report.symptoms[0].kind} during training"
-    text = re.sub(r"\s+", " ", text).strip() or "training run fails"
+    # redact before cutting: a host or token across character 107 is never half shown
+    text = re.sub(r"\s+", " ", red.text(text)).strip() or "training run fails"
     if len(text) > 110:
         text = text[:107].rstrip() + "..."
     return prefix + text
@@ -654,11 +662,12 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     repo, style, prefix = TARGETS[target]
     if env is not None:
         env = shape(red.obj(env))
-    title = _title(report, excerpt, prefix)
+    red.learn("\n".join(ln.text for ln in excerpt.lines) if excerpt else "")
+    title = _title(report, excerpt, prefix, red)
     desc = _description(report, excerpt, env, configs, launch)
-    findings = _findings_md(report)
+    findings = _findings_md(report, red)
     hint = _not_deepspeed_hint(excerpt, target)
-    excerpt_md = _excerpt_md(excerpt, Path(excerpt.file).name) if excerpt and excerpt.lines else \
+    excerpt_md = _excerpt_md(excerpt, Path(excerpt.file).name, red) if excerpt and excerpt.lines else \
         "_No error line found in the log._ " + TODO.format("paste the error and its traceback")
     launch_md = _launch_md(launch) if launch else (
         "The launch command was not found in the log. " + TODO.format("paste the exact launch command"))
