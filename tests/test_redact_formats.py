@@ -24,7 +24,7 @@ LINE_SAMPLES = [(f.id, i, s) for f in FORMATS for i, s in enumerate(f.samples) i
 NAMED = [
     ("password: correct horse battery staple", ["correct", "horse", "battery", "staple"]),
     ('{"db_password": "correct horse battery staple"}', ["correct", "horse", "battery", "staple"]),
-    ("--hub_token 'spaced secret words'", ["spaced", "secret", "words"]),
+    ("--hub_token 'spaced Qx7wordA Qx7wordB'", ["spaced", "Qx7wordA", "Qx7wordB"]),
     ("export HF_TOKEN=PlainHubValue1234", ["PlainHubValue1234"]),
     ("hub_token=PlainHubValue1234, hub_strategy=every_save", ["PlainHubValue1234"]),
     ("MY_SERVICE_API_KEY=zz9-not-a-known-shape", ["zz9-not-a-known-shape"]),
@@ -86,7 +86,7 @@ def test_every_format_vanishes_in_every_context(fid: str, i: int, sample: Sample
 
 
 @pytest.mark.parametrize(("fid", "i", "sample"), LINE_SAMPLES, ids=[f"{f}-{i}" for f, i, _ in LINE_SAMPLES])
-@pytest.mark.parametrize("prefix", ["", "[rank1]: ", "3: ", "    "])
+@pytest.mark.parametrize("prefix", ["", "[rank1]: ", "3: ", "    ", " 12 | [rank0]: "])
 def test_whole_line_formats_vanish_on_their_line(fid: str, i: int, sample: Sample, prefix: str) -> None:
     text = f"Traceback (most recent call last):\n{prefix}{sample.text}\nValueError: bad key\n"
     out = redact_text(text)
