@@ -163,3 +163,12 @@ def test_no_planted_secret_survives(sample: tuple, context: str, before: str, af
     text = before + glue + CONTEXTS[context](s.text) + glue + after
     out = redact_text(text)
     assert not leaked(s.secret_text, out), (context, out)
+
+
+def test_docs_list_every_format() -> None:
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "security.md"
+    text = doc.read_text(encoding="utf-8")
+    missing = [f.id for f in FORMATS if f"| `{f.id}` |" not in text]
+    assert not missing, f"add a row to docs/security.md for {missing}"
