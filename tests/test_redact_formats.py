@@ -172,3 +172,19 @@ def test_docs_list_every_format() -> None:
     text = doc.read_text(encoding="utf-8")
     missing = [f.id for f in FORMATS if f"| `{f.id}` |" not in text]
     assert not missing, f"add a row to docs/security.md for {missing}"
+
+
+_ANY = st.lists(st.sampled_from(list("abcXYZ019_-=:/@%.'\"\\ \n\t{}[]()&?令")
+                                + ["token", "password", "://", "-----BEGIN PRIVATE KEY-----",
+                                   "%3D", "\\n", "hf_", "sk-", "--", "/home/", "10.0.0."]),
+                max_size=80).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_ANY)
+def test_redaction_never_fails_and_is_stable(text: str) -> None:
+    # any text: no exception, and redacting the output again finds nothing new to hide
+    red = Redactor(paths=True, hosts=True)
+    once = red.text(text)
+    assert isinstance(once, str)
+    assert redact_text(redact_text(text)) == redact_text(text)

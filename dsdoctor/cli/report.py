@@ -23,7 +23,10 @@ def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
     except UsageError:
         raise
     except Exception as exc:  # a bug in a rule must not stop the user from filing the issue
-        msg = f"analysis failed ({type(exc).__name__}: {exc}); the issue holds the log excerpt only"
+        from dsdoctor.redact import redact_secrets  # noqa: PLC0415
+        # the exception text may quote a log line: it goes to stderr and into the body
+        msg = redact_secrets(f"analysis failed ({type(exc).__name__}: {exc}); "
+                             "the issue holds the log excerpt only")
         print(f"dsdoctor: warning: {msg}", file=sys.stderr)
         return None, [msg]
 
