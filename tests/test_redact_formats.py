@@ -73,6 +73,8 @@ CONTEXTS: dict[str, Callable[[str], str]] = {
     "config": lambda t: f"wandb:\n  project: demo\n  notes: {t}\n",
     "argv": lambda t: repr(["/usr/bin/python3", "-u", "train.py", "--notes", t, "--bf16"]),
     "rank-prefix": lambda t: f"[rank3]: {t}",
+    # escaped twice: a JSON string printed inside a Python list (a logged argv of a logged line)
+    "double-escaped": lambda t: repr([json.dumps({"detail": t})]),
 }
 
 

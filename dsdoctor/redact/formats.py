@@ -49,7 +49,6 @@ class SecretFormat:
     reference: str
     keywords: tuple[str, ...]
     regex: re.Pattern[str]
-    replace: str
     samples: tuple[Sample, ...]
     negatives: tuple[str, ...]
     whole_line: bool = False
@@ -62,8 +61,6 @@ class SecretFormat:
         return self.regex.sub(self._repl, text)
 
     def _repl(self, m: re.Match[str]) -> str:
-        if self.replace:
-            return m.expand(self.replace)
         if "secret" in self.regex.groupindex and m.group("secret") is not None:
             start, end = m.span("secret")
             return m.string[m.start():start] + REDACTED + m.string[end:m.end()]
@@ -84,7 +81,7 @@ def _compile(entry: dict) -> SecretFormat:
         id=str(entry["id"]), description=str(entry["description"]),
         reference=str(entry.get("reference", "")),
         keywords=tuple(str(k).lower() for k in entry.get("keywords") or ()),
-        regex=regex, replace=str(entry.get("replace") or ""), samples=samples,
+        regex=regex, samples=samples,
         negatives=tuple(str(n) for n in entry.get("negatives") or ()),
         whole_line=bool(entry.get("whole_line", False)))
 
