@@ -86,3 +86,20 @@ def test_host_and_user_keys_of_an_env_snapshot_are_learned() -> None:
     text = red.text("ssh trainhost3 as bobsmith")
     assert "trainhost3" not in text + str(env) and "bobsmith" not in text + str(env)
     assert env["NCCL_DEBUG"] == "INFO"
+
+
+def test_world_info_hosts_are_learned_and_the_blob_re_encoded() -> None:
+    import base64
+    import json
+
+    blob = base64.b64encode(json.dumps({"trn-box": [0, 1], "worker-a7": [0, 1]}).encode()).decode()
+    text = (f"cmd = /usr/bin/python3 -u -m deepspeed.launcher.launch --world_info={blob} "
+            "--master_port=29500 train.py\nRuntimeError: boom on trn-box\n")
+    red = Redactor(hosts=True)
+    red.learn(text)
+    out = red.text(text)
+    assert "trn-box" not in out and blob not in out
+    new_blob = re.search(r"--world_info=(\S+)", out).group(1)
+    world = json.loads(base64.b64decode(new_blob))
+    assert sorted(world) == ["<host-1>", "<host-2>"] and list(world.values()) == [[0, 1], [0, 1]]
+    assert re.search(r"boom on <host-\d>", out)

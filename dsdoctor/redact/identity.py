@@ -7,8 +7,11 @@ maintainer can still tell that two lines talk about the same machine.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import getpass
 import ipaddress
+import json
 import os
 import re
 import socket
@@ -44,6 +47,9 @@ _HOST_CONTEXTS = (
     re.compile(r"\b(?P<host>ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[A-Za-z0-9.-]+)?)\b"),
     re.compile(r"\b(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.(?:internal|local|lan|cluster|corp|intra|localdomain))\b"),
 )
+# The DeepSpeed launcher's --world_info: base64 of {"host": [gpu, ...], ...}; the host names are
+# learned from it and the blob is re-encoded with the placeholders (it stays decodable).
+_WORLD_INFO = re.compile(r"(?P<pre>--world_info[= ][\"']?)(?P<b64>[A-Za-z0-9+/_-]{8,}={0,2})")
 # Words that look like hosts in those contexts but are not.
 _HOST_KEEP = frozenset({"localhost", "none", "null", "auto", "true", "false", "env", "tcp", "file",
                         "local", "127.0.0.1", "0.0.0.0", "ip6-localhost"})
@@ -110,6 +116,9 @@ class IdentityMasker:
             for pat in _HOST_CONTEXTS:
                 for m in pat.finditer(text):
                     self.add_host(m.group("host"))
+            for m in _WORLD_INFO.finditer(text):
+                for host in _world_info(m.group("b64")) or {}:
+                    self.add_host(host)
 
     # -- replacing -------------------------------------------------------------------------
     def _ip(self, m: re.Match[str]) -> str:
@@ -134,6 +143,13 @@ class IdentityMasker:
             return self._ip(m)
         return m.group(0)
 
+    def _world_info_repl(self, m: re.Match[str]) -> str:
+        world = _world_info(m.group("b64"))
+        if not world or not any(h in self._host_map for h in world):
+            return m.group(0)
+        masked = {self._host_map.get(h, h): v for h, v in world.items()}
+        return m.group("pre") + base64.b64encode(json.dumps(masked).encode()).decode()
+
     def mask(self, text: str) -> str:
         if not text or not (self.paths or self.hosts):
             return text
@@ -149,8 +165,19 @@ class IdentityMasker:
             out = _IPV4_IN_ADDRESS.sub(self._ip, out)
             out = _IPV4.sub(self._private_ip, out)
             out = _IPV6.sub(self._ip, out)
+            out = _WORLD_INFO.sub(self._world_info_repl, out)
             # Longest names first so "node-1.cluster" is replaced before "node-1".
             for host in sorted(self._host_map, key=len, reverse=True):
                 out = re.sub(rf"(?<![A-Za-z0-9_.-]){re.escape(host)}(?![A-Za-z0-9_-])",
                              self._host_map[host], out)
         return out
+
+
+def _world_info(blob: str) -> dict | None:
+    """The decoded --world_info dict, or None when the blob is not one."""
+    try:
+        raw = base64.b64decode(blob + "=" * (-len(blob) % 4), altchars=b"-_" if "-" in blob or "_" in blob else None)
+        world = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return None
+    return world if isinstance(world, dict) and all(isinstance(k, str) for k in world) else None
