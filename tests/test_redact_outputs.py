@@ -133,3 +133,18 @@ def test_env_vars_never_show_a_secret() -> None:
     assert env["NCCL_DEBUG"] == "INFO" and env["HF_HUB_OFFLINE"] == "1"
     text = render_markdown({"env_vars": env}) + json.dumps(env)
     _assert_clean(text, [s.secret_text for _, s in SAMPLES] + ["any value at all", "k" * 40], "env")
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_evidence_cut_at_500_keeps_no_half_token(tmp_path: Path, fmt: str) -> None:
+    # the scanner cuts an evidence line at 500 characters; a token across the cut kept its first
+    # half, too short for any format to recognise afterwards
+    token = "ghp_" + "Q9w8E7r6T5y4U3i2O1p0A9s8D7f6G5h4J3k2L1"
+    head = "[rank0]: RuntimeError: upload failed: " + "detail " * 65
+    line = head[:496] + " " + token + " tail"
+    assert line.index(token) < 500 < line.index(token) + len(token)
+    log = tmp_path / "long.log"
+    log.write_text(LAUNCHER + "\n" + line + "\n", encoding="utf-8")
+    out = _run(["analyze", str(log), "--format", fmt])
+    assert "upload failed" in out
+    assert token[:3] + "_" + token[4:7] not in out and token[:7] not in out, out

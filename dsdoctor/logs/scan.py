@@ -18,7 +18,7 @@ from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.model import Evidence, FileSummary, Symptom, TimelinePoint, Fact
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
-from dsdoctor.redact import redact_secrets
+from dsdoctor.redact.redactor import drop_cut_tail
 
 CHUNK_BYTES = 8 << 20
 LOOKAHEAD_BYTES = 256 << 10
@@ -32,10 +32,11 @@ EVIDENCE_CHARS = 500  # an evidence line longer than this is cut
 
 
 def evidence_text(text: str) -> str:
-    """The evidence text of a segment: a long line has its secrets removed *before* it is cut,
-    so a token across the cut is never kept in half (short lines are redacted with the report)."""
+    """The evidence text of a segment, cut to EVIDENCE_CHARS. The word the cut falls in is
+    dropped: it may be the first half of a token that no secret format would recognise once cut
+    (everything before it is redacted with the report). Constant work per match."""
     text = text.strip()
-    return text if len(text) <= EVIDENCE_CHARS else redact_secrets(text)[:EVIDENCE_CHARS]
+    return text if len(text) <= EVIDENCE_CHARS else drop_cut_tail(text[:EVIDENCE_CHARS])
 
 
 @dataclass

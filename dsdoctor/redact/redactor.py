@@ -170,10 +170,11 @@ def redact_report(report: Any, redactor: Redactor | None = None) -> Any:
 
 
 # Characters a token is made of; a text cut inside one of them keeps a prefix of it.
-_CUT_TAIL = re.compile(r"[A-Za-z0-9_\-+/=.%~:@]+$")
+_TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.%~:@\\"
 
 
 def drop_cut_tail(text: str) -> str:
-    """For a text that was cut upstream (a read cap), drop its last word: it may be the first
-    half of a token, too short for any format to recognise."""
-    return _CUT_TAIL.sub("…", text)
+    """For a text that was cut (a read cap, an evidence cap), drop its last word: it may be the
+    first half of a token, too short for any format to recognise. O(length of that word)."""
+    kept = text.rstrip(_TOKEN_CHARS)
+    return text if kept == text else kept + "…"
