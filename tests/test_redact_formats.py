@@ -190,3 +190,15 @@ def test_redaction_never_fails_and_is_stable(text: str) -> None:
     once = red.text(text)
     assert isinstance(once, str)
     assert redact_text(redact_text(text)) == redact_text(text)
+
+
+def test_cut_without_half_secret() -> None:
+    from dsdoctor.redact.redactor import cut_without_half_secret
+
+    token = "glpat-" + "Xy9_Wv8-Ut7sR6qP5oN4"
+    plain = "word " * 30
+    assert cut_without_half_secret(plain + "ordinaryidentifier", 155) == (plain + "ordinaryidentifier")[:155]
+    out = cut_without_half_secret(plain + token + " end", 160)
+    assert out == plain + "…" and len(out) <= 161
+    named = "x" * 90 + " password: hunter2hunter2hunter2"
+    assert "hunter2" not in cut_without_half_secret(named, 115)

@@ -18,7 +18,7 @@ from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.model import Evidence, FileSummary, Symptom, TimelinePoint, Fact
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
-from dsdoctor.redact.redactor import drop_cut_tail
+from dsdoctor.redact.redactor import cut_without_half_secret
 
 CHUNK_BYTES = 8 << 20
 LOOKAHEAD_BYTES = 256 << 10
@@ -32,11 +32,10 @@ EVIDENCE_CHARS = 500  # an evidence line longer than this is cut
 
 
 def evidence_text(text: str) -> str:
-    """The evidence text of a segment, cut to EVIDENCE_CHARS. The word the cut falls in is
-    dropped: it may be the first half of a token that no secret format would recognise once cut
-    (everything before it is redacted with the report). Constant work per match."""
-    text = text.strip()
-    return text if len(text) <= EVIDENCE_CHARS else drop_cut_tail(text[:EVIDENCE_CHARS])
+    """The evidence text of a segment, cut to EVIDENCE_CHARS. A secret across the cut is dropped,
+    not kept in half (half a token is too short for any secret format to recognise later; the
+    rest of the line is redacted with the report). Bounded work per match."""
+    return cut_without_half_secret(text.strip(), EVIDENCE_CHARS)
 
 
 @dataclass

@@ -171,10 +171,28 @@ def redact_report(report: Any, redactor: Redactor | None = None) -> Any:
 
 # Characters a token is made of; a text cut inside one of them keeps a prefix of it.
 _TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.%~:@\\"
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-+/=.%~:@\\]*")
+_KEY_CONTEXT = 120  # characters before the cut word that may name it ("password: ")
+_WORD_LOOKAHEAD = 1000  # how far the cut word is followed to see whether it is a secret
 
 
 def drop_cut_tail(text: str) -> str:
-    """For a text that was cut (a read cap, an evidence cap), drop its last word: it may be the
-    first half of a token, too short for any format to recognise. O(length of that word)."""
+    """For a text that was cut upstream (a read cap), drop its last word: it may be the first
+    half of a token, too short for any format to recognise. O(length of that word)."""
     kept = text.rstrip(_TOKEN_CHARS)
     return text if kept == text else kept + "…"
+
+
+def cut_without_half_secret(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, without redacting it: when the cut falls inside a
+    word that is (part of) a secret, the word is dropped instead of kept in half. Only the cut
+    word and a little context before it are checked, so the work per call is bounded."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    kept = head.rstrip(_TOKEN_CHARS)
+    if len(kept) == limit or text[limit] not in _TOKEN_CHARS:
+        return head  # the cut falls between words
+    end = _TOKEN_RUN.match(text, limit, limit + _WORD_LOOKAHEAD).end()
+    window = text[max(0, len(kept) - _KEY_CONTEXT):end]
+    return head if redact_secrets(window) == window else kept + "…"
