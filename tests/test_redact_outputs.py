@@ -83,8 +83,15 @@ def test_analyze_property_any_format_any_context(tmp_path: Path, sample: tuple, 
     _assert_clean(_run(["analyze", str(log), "--format", fmt]), [s.secret_text], context)
 
 
-def test_report_never_prints_a_secret(tmp_path: Path) -> None:
-    planted = [CONTEXTS["plain"](s.text) for _, s in SAMPLES] + [p for p, _ in NAMED]
+def _in_contexts(shift: int) -> list[str]:
+    """Every sample, each in one of the contexts (in turn, so all contexts are used)."""
+    names = sorted(CONTEXTS)
+    return [CONTEXTS[names[(i + shift) % len(names)]](s.text) for i, (_, s) in enumerate(SAMPLES)]
+
+
+@pytest.mark.parametrize("shift", [0, 5])
+def test_report_never_prints_a_secret(tmp_path: Path, shift: int) -> None:
+    planted = _in_contexts(shift) + [p for p, _ in NAMED]
     secrets = [s.secret_text for _, s in SAMPLES]
     words = [w for _, ws in NAMED for w in ws]
     log = _log(tmp_path, planted, [s.text for s in LINE_SAMPLES])
@@ -103,8 +110,9 @@ def test_report_never_prints_a_secret(tmp_path: Path) -> None:
     _assert_clean(body, secrets + ["Cm3tPlainValue", "PlainHfValue99"], "report", words)
 
 
-def test_watch_plain_never_prints_a_secret(tmp_path: Path) -> None:
-    planted = [CONTEXTS["plain"](s.text) for _, s in SAMPLES]
+@pytest.mark.parametrize("shift", [0, 7])
+def test_watch_plain_never_prints_a_secret(tmp_path: Path, shift: int) -> None:
+    planted = _in_contexts(shift)
     log = _log(tmp_path, planted)
     out = _run(["watch", str(log), "--plain", "--exit-on-idle", "0"])
     assert out.count("ValueError: bad credentials") >= len(planted) // 2, out[:500]
