@@ -103,3 +103,15 @@ def test_world_info_hosts_are_learned_and_the_blob_re_encoded() -> None:
     world = json.loads(base64.b64decode(new_blob))
     assert sorted(world) == ["<host-1>", "<host-2>"] and list(world.values()) == [[0, 1], [0, 1]]
     assert re.search(r"boom on <host-\d>", out)
+
+
+@pytest.mark.parametrize("line", [
+    "srun: error: node107: task 0: Out Of Memory",  # /work/shared/real_logs cpu-oom slurm log
+    "slurmstepd: error: *** JOB 4242 ON node107 CANCELLED AT 2024-03-01T10:00:00 ***",
+    "  host      : node107",  # torch elastic's failure summary
+])
+def test_slurm_and_elastic_host_names(line: str) -> None:
+    red = Redactor(hosts=True)
+    red.learn(line)
+    out = red.text(line + "\nlater node107 again")
+    assert "node107" not in out and "<host-1>" in out

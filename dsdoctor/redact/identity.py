@@ -35,8 +35,13 @@ _HOST_CONTEXTS = (
     re.compile(r"(?i)--(?:master_addr|rdzv[_-]endpoint|main_process_ip|hostname|node[_-]?ip)[= ]"
                r"[\"']?(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]*)"),
     re.compile(r"(?m)^\s*(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]*)\s+slots\s*=\s*\d+"),
-    re.compile(r"(?i)\b(?:hostname|host|node|nodename|SLURM_NODELIST|SLURMD_NODENAME)\s*[=:]\s*[\"']?"
+    re.compile(r"(?i)\b(?:node|SLURM_NODELIST|SLURMD_NODENAME)\s*[=:]\s*[\"']?"
                r"(?P<host>[A-Za-z][A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*)"),
+    # torch elastic's failure summary "  host      : gpu-a.example" and "hostname=..."
+    re.compile(r"(?i)\b(?:hostname|host|nodename)\s*[=:]\s*[\"']?(?P<host>[A-Za-z][A-Za-z0-9_.-]{2,})"),
+    # Slurm: "srun: error: node107: task 0: Out Of Memory", "*** JOB 123 ON node107 CANCELLED"
+    re.compile(r"\bsrun: error: (?P<host>[A-Za-z][A-Za-z0-9_.-]*): task \d"),
+    re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON (?P<host>[A-Za-z][A-Za-z0-9_.-]*) CANCELLED"),
     # pdsh/deepspeed multi-node prefix "node-12: [2024-...]" and "worker-1: Traceback"
     re.compile(r"(?m)^(?P<host>[A-Za-z][A-Za-z0-9_.-]*[-_.][A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*): "),
     # WORLD INFO DICT: {'worker-0': [0, 1], 'worker-1': [0, 1]}
