@@ -34,7 +34,10 @@ def _analyze(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     except UsageError:
         raise
     except Exception as exc:  # a bug in a rule must not stop the user from filing the issue
-        msg = f"analysis failed ({type(exc).__name__}: {exc}); the issue holds the log excerpt only"
+        from dsdoctor.redact import redact_secrets  # noqa: PLC0415
+        # the exception text may quote a log line: it goes to stderr and into the body
+        msg = redact_secrets(f"analysis failed ({type(exc).__name__}: {exc}); "
+                             "the issue holds the log excerpt only")
         print(f"dsdoctor: warning: {msg}", file=sys.stderr)
         return None, None, [msg]
 
@@ -117,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     if not (args.logs or args.config or args.env):
         raise UsageError("report: give a LOG, or --config FILE (a config question), or --env FILE "
                          "(a version question); see 'dsdoctor report --help'")
-    red = Redactor(paths=args.redact_paths, hosts=args.redact_hosts)
+    # The body exists to be posted publicly: user names, home paths, host names and IPs become
+    # placeholders unless the user keeps them (--keep-paths / --keep-hosts).
+    red = Redactor(paths=not args.keep_paths, hosts=not args.keep_hosts, this_machine=True)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
     env_paths = expand_envs(args.env or [])
     envs = [(p, cached("env", p, envinfo.load_snapshot)) for p in env_paths]
@@ -176,7 +181,8 @@ def register(subparsers: Any) -> None:
         "log says about the run, and the environment. Without a LOG: a config question (--config) "
         "or a version question (--env). When the analysis explains the failure as a configuration "
         "or environment problem with a fix, nothing is written (exit 1) unless --force. Secrets "
-        "are always redacted.")
+        "are always redacted; user names, home paths, host names and IP addresses become "
+        "placeholders (<user>, <host-1>, <ip-1>) unless --keep-paths / --keep-hosts.")
     p.add_argument("logs", nargs="*", metavar="LOG",
                    help="training or install log file(s), plain or .gz (optional with --config/--env)")
     add_input_options(p)
@@ -188,6 +194,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
     p.add_argument("--force", action="store_true",
                    help="write the issue even when the analysis explains the failure with a fix")
-    p.add_argument("--redact-paths", action="store_true", help="also hide user home directories")
-    p.add_argument("--redact-hosts", action="store_true", help="also hide host names and IP addresses")
+    p.add_argument("--keep-paths", action="store_true",
+                   help="keep user names and home paths (default: /home/<user>/...)")
+    p.add_argument("--keep-hosts", action="store_true",
+                   help="keep host names and IP addresses (default: <host-1>, <ip-1>)")
+    # Before hosts and paths were hidden by default these flags turned it on; they stay accepted
+    # so existing scripts keep working, and do nothing more than the default.
+    p.add_argument("--redact-paths", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--redact-hosts", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)

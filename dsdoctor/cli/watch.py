@@ -63,7 +63,8 @@ def run_plain(args: argparse.Namespace) -> int:
         nonlocal worst
         events = tailer.take_events()
         for kind, ev, _ in events:
-            print(f"{ev.location}: {kind}: {red.text(ev.text[:200])}", flush=True)
+            # redact the whole line, then cut: a token across character 200 is never half shown
+            print(f"{ev.location}: {kind}: {red.cut(ev.text, 200)}", flush=True)
         if not events:
             return
         tailer.state = tailer.snapshot()

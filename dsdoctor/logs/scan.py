@@ -18,6 +18,7 @@ from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.model import Evidence, FileSummary, Symptom, TimelinePoint, Fact
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
+from dsdoctor.redact.redactor import cut_without_half_secret
 
 CHUNK_BYTES = 8 << 20
 LOOKAHEAD_BYTES = 256 << 10
@@ -27,6 +28,14 @@ TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; ab
 TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte offset)
 TIMELINE_WINDOW_BYTES = 4 << 10
 TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
+EVIDENCE_CHARS = 500  # an evidence line longer than this is cut
+
+
+def evidence_text(text: str) -> str:
+    """The evidence text of a segment, cut to EVIDENCE_CHARS. A secret across the cut is dropped,
+    not kept in half (half a token is too short for any secret format to recognise later; the
+    rest of the line is redacted with the report). Bounded work per match."""
+    return cut_without_half_secret(text.strip(), EVIDENCE_CHARS)
 
 
 @dataclass
@@ -173,7 +182,7 @@ class Scanner:
                 if off > pos:
                     line += count(b"\n", pos, off)
                     pos = off
-                ev = Evidence(file=name, line=line, text=seg.text.strip()[:500],
+                ev = Evidence(file=name, line=line, text=evidence_text(seg.text),
                               rank=seg.rank if seg.rank is not None else file_rank)
                 self.timeline.add(self.timeline_patterns[idx].id, ev, values)
                 continue
@@ -196,7 +205,7 @@ class Scanner:
             rank = values.get("rank")
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
-            ev = Evidence(file=name, line=line, text=seg.text.strip()[:500], rank=rank)
+            ev = Evidence(file=name, line=line, text=evidence_text(seg.text), rank=rank)
             self._emit(pat, ev, values)
             if on_event is not None:
                 on_event(pat.emits, ev, values)

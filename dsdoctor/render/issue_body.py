@@ -59,7 +59,7 @@ class Issue:
     triage: tuple[str, ...] = ()  # rule codes that explain the failure as the user's to fix
 
 
-def _excerpt_md(ex: LogExcerpt, name: str) -> str:
+def _excerpt_md(ex: LogExcerpt, name: str, red: Redactor) -> str:
     width = len(str(ex.lines[-1].line)) if ex.lines else 1
     rows = []
     for ln in ex.lines:
@@ -77,7 +77,7 @@ def _excerpt_md(ex: LogExcerpt, name: str) -> str:
             out += f"\n\nThe same error is also the first error in: {', '.join('`' + x + '`' for x in same)}."
         if diff:
             out += "\n\nFirst errors of the other log files:\n" + "\n".join(
-                f"- `{name}` line {n}: `{e.replace('`', chr(39))[:200]}`" for name, n, e in diff)
+                f"- `{name}` line {n}: `{red.cut(e, 200).replace('`', chr(39))}`" for name, n, e in diff)
     return out
 
 
@@ -88,7 +88,7 @@ def _loc(e: Any) -> str:
     return f"{Path(e.file).name}:{e.line}"
 
 
-def _findings_md(report: Report | None) -> list[str]:
+def _findings_md(report: Report | None, red: Redactor) -> list[str]:
     if report is None:
         return []
     out: list[str] = []
@@ -103,7 +103,7 @@ def _findings_md(report: Report | None) -> list[str]:
         for s in report.symptoms:
             ranks = f", ranks {','.join(map(str, s.ranks[:16]))}" if s.ranks else ""
             out.append(f"- `{s.kind}`: {s.count} occurrence(s), first at {_loc(s.first)}{ranks}: "
-                       f"`{s.first.text[:200].replace('`', chr(39))}`")
+                       f"`{red.cut(s.first.text, 200).replace('`', chr(39))}`")
     return out
 
 
@@ -138,7 +138,7 @@ def _config_summary(configs: Sequence[ConfigText]) -> str:
 
 
 def _title(report: Report | None, ex: LogExcerpt | None, prefix: str, kind: str,
-           env: dict[str, Any] | None) -> str:
+           env: dict[str, Any] | None, red: Redactor) -> str:
     text = ""
     if report is not None:
         errs = [f for f in report.findings if f.severity == "error"] or list(report.findings)
@@ -156,7 +156,8 @@ def _title(report: Report | None, ex: LogExcerpt | None, prefix: str, kind: str,
             f"{n} {pk[n]}" for n in ("deepspeed", "torch", "transformers", "accelerate") if pk.get(n))
     elif kind == "config" and not text:
         text = "Question about a DeepSpeed config"
-    text = re.sub(r"\s+", " ", text).strip() or "training run fails"
+    # redact before cutting: a host or token across character 107 is never half shown
+    text = re.sub(r"\s+", " ", red.text(text)).strip() or "training run fails"
     if len(text) > 110:
         text = text[:107].rstrip() + "..."
     return prefix + text
@@ -271,9 +272,9 @@ def _docker_md(env: dict[str, Any] | None) -> str:
     return TODO.format("Are you using a specific docker image that you can share?")
 
 
-def _excerpt_section(excerpt: LogExcerpt | None, kind: str, have_log: bool) -> str:
+def _excerpt_section(excerpt: LogExcerpt | None, kind: str, have_log: bool, red: Redactor) -> str:
     if excerpt is not None and excerpt.lines:
-        return _excerpt_md(excerpt, Path(excerpt.file).name)
+        return _excerpt_md(excerpt, Path(excerpt.file).name, red)
     if not have_log:
         return ("No log: " + ("the config was checked without running it." if kind == "config" else
                               "a question about the environment, not a failed run."))
@@ -323,9 +324,10 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     if env is not None:
         env = shape(red.obj(env))
     envs = [(p, shape(red.obj(e))) for p, e in envs]
-    title = _title(report, excerpt, prefix, kind, env)
+    red.learn("\n".join(ln.text for ln in excerpt.lines) if excerpt else "")
+    title = _title(report, excerpt, prefix, kind, env, red)
     desc = _description(report, excerpt, env, configs, launch, kind)
-    findings = _findings_md(report)
+    findings = _findings_md(report, red)
     hint = _not_deepspeed_hint(excerpt, target)
     found = triage(report, have_log)
     top = triage_md(found) if found else ""
@@ -335,7 +337,7 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     if full_log:
         asks.append(full_log)
     asks_md = ("#### What the log says about the run\n\n" + "\n".join(asks)) if asks else ""
-    excerpt_md = _excerpt_section(excerpt, kind, have_log)
+    excerpt_md = _excerpt_section(excerpt, kind, have_log, red)
     launch_text = red.text(_launch_section(launch, kind, have_log))
     cfg_md = "#### Config\n\n" + config_md(configs, printed, report, launch) if kind != "env" else ""
     env_md = render_markdown(env, heading="####") if env is not None else None

@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dsdoctor.logs.reader import ANSI_RE, normalize, open_log
+from dsdoctor.redact import redact_secrets
+from dsdoctor.redact.redactor import drop_cut_tail
 
 # A line that starts or is the first error of a failed run (checked on the rank-peeled text).
 _ERROR_RE = re.compile(
@@ -118,9 +120,15 @@ def _norm(item: tuple[int, bytes]) -> tuple[int, str, Any]:
 
 
 def normalize_display(raw: bytes) -> str:
-    """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped."""
+    """Decode a raw line for display: replacement for bad UTF-8, no ANSI, no NUL, capped.
+
+    Secrets are removed before the line is cut, so a token across the cut is never half shown;
+    a line longer than the read cap loses its last, possibly cut, word."""
     text = raw[:8192].decode("utf-8", errors="replace").replace("\x00", "")
-    return ANSI_RE.sub("", text).rstrip()[:2000]
+    if len(raw) > 8192:
+        text = drop_cut_tail(text)
+    text = ANSI_RE.sub("", text).rstrip()
+    return text if len(text) <= 2000 else redact_secrets(text)[:2000]
 
 
 def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = None,

@@ -118,7 +118,7 @@ class WatchApp(App):
         for kind, ev, _ in events[-200:]:
             new = kind not in self._seen_kinds
             self._seen_kinds.add(kind)
-            ev_log.write(Text(f"{ev.location} {kind}: {self._red.text(ev.text[:200])}",
+            ev_log.write(Text(f"{ev.location} {kind}: {self._red.cut(ev.text, 200)}",
                               style="bold" if new else "dim"))
 
     def action_pause(self) -> None:

@@ -1,0 +1,106 @@
+"""The shared list of secret formats (``secret_formats.yaml``), loaded and compiled once.
+
+Every output path of dsdoctor applies the same list through :func:`redact_formats`. A format is
+data (regex, prefilter keywords, real-shape samples and negatives that the tests run), so adding
+a vendor is one YAML entry and its tests come with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+REDACTED = "<redacted>"
+
+# "{L}": a token starts here when not glued to an ASCII letter/digit, or glued to a URL escape
+# ("%3Dhf_..."), a C escape ("\nhf_...") or a JSON unicode escape ("\u724chf_...": CJK text in
+# a config written with ensure_ascii, quoted verbatim by report). CJK text, "_" and punctuation
+# are boundaries too, which \b alone would not give (CJK letters and "_" are word characters).
+LEFT = (r"(?:(?<![A-Za-z0-9])|(?<=%[0-9A-Fa-f][0-9A-Fa-f])|(?<=\\[nrt])"
+        r"|(?<=\\u[0-9A-Fa-f]{4}))")
+RIGHT = r"(?![A-Za-z0-9])"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A planted text: ``parts`` joined; ``parts[secret]`` must vanish, ``kept`` must stay."""
+
+    parts: tuple[str, ...]
+    secret: int
+    kept: str
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    @property
+    def secret_text(self) -> str:
+        return self.parts[self.secret]
+
+
+@dataclass(frozen=True)
+class SecretFormat:
+    """One secret format: what it is, how it is found, what proves it works."""
+
+    id: str
+    description: str
+    reference: str
+    keywords: tuple[str, ...]
+    regex: re.Pattern[str]
+    samples: tuple[Sample, ...]
+    negatives: tuple[str, ...]
+    whole_line: bool = False
+
+    def applies(self, lowered: str) -> bool:
+        """Cheap prefilter: one of the keywords is in the (lower-cased) text."""
+        return not self.keywords or any(k in lowered for k in self.keywords)
+
+    def sub(self, text: str) -> str:
+        return self.regex.sub(self._repl, text)
+
+    def _repl(self, m: re.Match[str]) -> str:
+        if "secret" in self.regex.groupindex and m.group("secret") is not None:
+            start, end = m.span("secret")
+            return m.string[m.start():start] + REDACTED + m.string[end:m.end()]
+        return REDACTED
+
+
+def _compile(entry: dict) -> SecretFormat:
+    source = str(entry["regex"]).replace("{L}", LEFT).replace("{R}", RIGHT)
+    try:
+        regex = re.compile(source)
+    except re.error as exc:  # a broken entry is a bug in the package, say which one
+        raise ValueError(f"secret format {entry.get('id')!r}: bad regex ({exc})") from None
+    samples = tuple(
+        Sample(tuple(str(p) for p in s["text"]), int(s.get("secret", len(s["text"]) - 1)),
+               str(s.get("kept", "")))
+        for s in entry.get("samples") or ())
+    return SecretFormat(
+        id=str(entry["id"]), description=str(entry["description"]),
+        reference=str(entry.get("reference", "")),
+        keywords=tuple(str(k).lower() for k in entry.get("keywords") or ()),
+        regex=regex, samples=samples,
+        negatives=tuple(str(n) for n in entry.get("negatives") or ()),
+        whole_line=bool(entry.get("whole_line", False)))
+
+
+@functools.lru_cache(maxsize=1)
+def secret_formats() -> tuple[SecretFormat, ...]:
+    """Every secret format, in the order they are applied (the file's order)."""
+    text = resources.files("dsdoctor.redact").joinpath("secret_formats.yaml").read_text("utf-8")
+    return tuple(_compile(e) for e in yaml.safe_load(text))
+
+
+def redact_formats(text: str) -> str:
+    """``text`` with every match of every secret format replaced by ``<redacted>``."""
+    if not text:
+        return text
+    lowered = text.lower()
+    for fmt in secret_formats():
+        if fmt.applies(lowered):
+            text = fmt.sub(text)
+    return text
