@@ -159,7 +159,7 @@ class Finding:
     fix_change: dict[str, Any] | None = None  # machine-applicable {"path","old","new"} where safe
 
     def to_dict(self) -> dict[str, Any]:
-        d = {
+        d: dict[str, Any] = {
             "rule": self.rule,
             "name": self.name,
             "severity": self.severity,

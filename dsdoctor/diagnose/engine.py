@@ -278,7 +278,7 @@ def _source_value(ctx: Context, source: str, path: str) -> tuple[bool, Any]:
         base = ctx.trainer_args
     else:  # model: a dataclass or a dict
         base = ctx.model
-        if base is not None and dataclasses.is_dataclass(base):
+        if base is not None and dataclasses.is_dataclass(base) and not isinstance(base, type):
             base = dataclasses.asdict(base)
         elif base is not None and not isinstance(base, dict):
             base = vars(base)

@@ -213,6 +213,7 @@ def cut_without_half_secret(text: str, limit: int) -> str:
     kept = head.rstrip(_TOKEN_CHARS)
     if len(kept) == limit or text[limit] not in _TOKEN_CHARS:
         return head  # the cut falls between words
-    end = _TOKEN_RUN.match(text, limit, limit + _WORD_LOOKAHEAD).end()
+    run = _TOKEN_RUN.match(text, limit, limit + _WORD_LOOKAHEAD)
+    end = run.end() if run is not None else limit
     window = text[max(0, len(kept) - _KEY_CONTEXT):end]
     return head if redact_secrets(window) == window else kept + "…"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -87,7 +87,7 @@ class LogExcerpt:
 
 
 
-def _iter_raw(path: str) -> Iterator[tuple[int, bytes]]:
+def _iter_raw(path: str) -> Generator[tuple[int, bytes], None, None]:
     """(line number, raw bytes) for each physical line, streamed, nothing decoded.
 
     A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees.
@@ -205,10 +205,10 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
             tb_open, closed = _tb_step(c[2].text, tb_open, closed)
         after = 0
         for raw_item in it:
-            item = _norm(raw_item)
-            collected.append(item)
+            line = _norm(raw_item)
+            collected.append(line)
             was_open = tb_open
-            tb_open, closed = _tb_step(item[2].text, tb_open, closed)
+            tb_open, closed = _tb_step(line[2].text, tb_open, closed)
             if tb_open or was_open:
                 after = 0
             else:
@@ -242,9 +242,9 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
     for n, shown, seg in collected:
         key = seg.text.strip()
         if key and key in seen:
-            idx = seen[key]
-            if seg.rank is not None and seg.rank not in ranks[idx]:
-                ranks[idx].append(seg.rank)
+            first_at = seen[key]
+            if seg.rank is not None and seg.rank not in ranks[first_at]:
+                ranks[first_at].append(seg.rank)
             dropped += 1
             continue
         if key:

@@ -330,8 +330,7 @@ def pre_ampere_gpus(ctx: Context) -> list[str]:
 
 def ampere_ok(ctx: Context) -> bool | None:
     """True when every known GPU supports bf16, False when one does not, None when unknown."""
-    ccs = [compute_capability(g) for g in env_gpus(ctx)]
-    ccs = [c for c in ccs if c is not None]
+    ccs = [cc for cc in (compute_capability(g) for g in env_gpus(ctx)) if cc is not None]
     if ccs:
         return all(c >= (8, 0) for c in ccs)
     if pre_ampere_gpus(ctx):

@@ -224,12 +224,12 @@ def trainer_mismatch_in_log(ctx: Context, rule: Any) -> Iterator[Finding]:
                    f"both say the same value.")
         yield finding(msg, fix=fix, path=dk if dk and "|" not in dk else None, evidence=(e,))
     if not pairs:
-        hk = s.values.get("hf_key")
-        hv = s.values.get("hf_value")
-        dk = s.values.get("ds_key")
-        hk = hk[0] if isinstance(hk, list) and hk else hk
-        hv = hv[0] if isinstance(hv, list) and hv else hv
-        dk = dk[0] if isinstance(dk, list) and dk else dk
+        hk_v: Any = s.values.get("hf_key")
+        hv_v: Any = s.values.get("hf_value")
+        dk_v: Any = s.values.get("ds_key")
+        hk = hk_v[0] if isinstance(hk_v, list) and hk_v else hk_v
+        hv = hv_v[0] if isinstance(hv_v, list) and hv_v else hv_v
+        dk = dk_v[0] if isinstance(dk_v, list) and dk_v else dk_v
         if hk and dk:
             msg = (f"Accelerate refused the run: --{hk} {hv} contradicts {dk} in the DeepSpeed "
                    "config file.")

@@ -201,7 +201,7 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     errs = _texts(s.values.get("cuda_error"))
     statuses = [f"{lib}_STATUS_{st}" for lib, st in zip(_texts(s.values.get("library")),
                                                          _texts(s.values.get("status")))]
-    assertion = (_texts(s.values.get("assertion")) or [None])[0]
+    assertion = next(iter(_texts(s.values.get("assertion"))), None)
     driver_cuda = vals(s, "driver_cuda", "first")
     if isinstance(driver_cuda, (int, float)):
         err = "The NVIDIA driver is too old"
@@ -233,7 +233,7 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     pats = s.patterns
     wanted = vals(s, "wanted_bytes", "max")
-    os_err = (_texts(s.values.get("os_error")) or [None])[0]
+    os_err = next(iter(_texts(s.values.get("os_error"))), None)
     shm = ctx.env_get("cpu.shm_total_bytes")
     parts = []
     if pats.get("nccl-shm-segment"):
@@ -343,7 +343,7 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     reasons = _texts(s.values.get("reason"))
     job = (_texts(s.values.get("job_id")) or ["?"])[0]
-    at = (_texts(s.values.get("at")) or [None])[0]
+    at = next(iter(_texts(s.values.get("at"))), None)
     reason = reasons[0] if reasons else "TIME LIMIT"
     msg = (f"SLURM cancelled job {job}" + (f" at {at}" if at else "") + f" due to {reason.lower()}"
            f" (line {s.first.line}): the training did not fail, the scheduler stopped it.")
@@ -398,7 +398,7 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                "with zero_to_fp32.py and start a new run without the optimizer states")
     elif p.get("zero-to-fp32-failed"):
         exp, found = vals(s, "expected", "first"), vals(s, "found", "first")
-        d = (_texts(s.values.get("ckpt_dir")) or [None])[0]
+        d = next(iter(_texts(s.values.get("ckpt_dir"))), None)
         if exp is not None and found is not None:
             msg = (f"zero_to_fp32 expected {exp} optimizer shard(s) but found {found}"
                    + (f" in {d}" if d else "") + f" (line {s.first.line}): the directory mixes "

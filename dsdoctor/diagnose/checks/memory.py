@@ -107,8 +107,9 @@ def _gpus_per_node(ctx: Context) -> tuple[int, str]:
         if isinstance(n, int) and n > 0:
             return n, "launcher log"
     lf = log_facts(ctx)
-    if world_size(ctx) and (lf.nodes or 1) == 1:
-        return world_size(ctx), "world size"
+    ws = world_size(ctx)
+    if ws and (lf.nodes or 1) == 1:
+        return ws, "world size"
     return 1, "assumed (give --env)"
 
 

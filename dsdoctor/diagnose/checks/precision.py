@@ -234,8 +234,8 @@ def bf16_model_in_fp16(ctx: Context, rule: Any) -> Iterator[Finding]:
                if ctx.has_symptom(k)]
     sev = "error" if trouble else "warning"
     if trouble:
-        s = ctx.symptom(trouble[0])
-        seen = (f" The log already shows {', '.join(trouble)} (first at line {s.first.line}).")
+        first = ctx.symptoms[trouble[0]].first
+        seen = (f" The log already shows {', '.join(trouble)} (first at line {first.line}).")
     else:
         seen = " No overflow or NaN has shown up yet; it typically does later in training."
     ok = ampere_ok(ctx)

@@ -176,7 +176,8 @@ def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
                            f"divides with it and the batch arithmetic cannot hold.",
                            path=k, fix=f"set {k} to a whole number")
             return
-        if nums[k] is not None and nums[k] <= 0:
+        n = nums[k]
+        if n is not None and n <= 0:
             yield finding(f"{k} is {show_json(v)}: it must be a positive whole number.",
                            path=k, fix=f"set {k} to a positive whole number (or \"auto\" under the Trainer)")
             return
@@ -322,9 +323,10 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     out.append(("train_micro_batch_size_per_gpu", "per_device_train_batch_size", num(mb), mb_x))
     out.append(("gradient_accumulation_steps", "gradient_accumulation_steps", num(gas), gas_x))
     mb_n, gas_n = as_numlike(mb), as_numlike(gas)
-    if world_size(ctx) and mb_n is not None and gas_n is not None:
+    ws_total = world_size(ctx)
+    if ws_total and mb_n is not None and gas_n is not None:
         out.append(("train_batch_size", "world_size x per_device_train_batch_size x "
-                    "gradient_accumulation_steps", int(world_size(ctx) * mb_n * gas_n), mb_x or gas_x))
+                    "gradient_accumulation_steps", int(ws_total * mb_n * gas_n), mb_x or gas_x))
     v, x = _arg(ctx, "max_grad_norm")
     out.append(("gradient_clipping", "max_grad_norm", num(v), x))
     lr, lr_x = _arg(ctx, "learning_rate")
@@ -347,11 +349,11 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
                 truthy_arg(b16) or truthy_arg(b16e), b16_x or b16e_x))
     ms, ms_x = _arg(ctx, "max_steps")
     ms_n = as_numlike(ms)
-    if ms_x and (ms_n or 0) > 0:
+    if ms_x and ms_n is not None and ms_n > 0:
         out.append(("scheduler.params.total_num_steps", "max_steps", int(ms_n), True))
         ws, ws_x = _arg(ctx, "warmup_steps")
         ws_n = as_numlike(ws)
-        if ws_x and (ws_n or 0) > 0:
+        if ws_x and ws_n is not None and ws_n > 0:
             out.append(("scheduler.params.warmup_num_steps", "warmup_steps", int(ws_n), True))
     return out
 
