@@ -9,7 +9,7 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from dsdoctor.redact import REDACTED, Redactor, redact_text, secret_formats
@@ -162,6 +162,13 @@ _filler = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs"
 def test_no_planted_secret_survives(sample: tuple, context: str, before: str, after: str,
                                     glue: str) -> None:
     _, _, s = sample
+
+    def ascii_alnum(ch: str) -> bool:
+        return ch.isascii() and ch.isalnum()
+
+    # A token glued to an ASCII letter or digit is a longer word, not that token: by design it
+    # is left alone, so that ordinary words survive (docs/security.md, "what stays").
+    assume(glue or not (ascii_alnum(before[-1:]) or ascii_alnum(after[:1])))
     text = before + glue + CONTEXTS[context](s.text) + glue + after
     out = redact_text(text)
     assert not leaked(s.secret_text, out), (context, out)
