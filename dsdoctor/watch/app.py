@@ -1,7 +1,9 @@
 """``dsdoctor watch``: a Textual TUI that tails a live run and raises findings as they happen.
 
 A worker thread reads new bytes and scans them (the UI never blocks on I/O); the app refreshes
-its tables from snapshots of the scan state (tailer.py). Only this module imports textual.
+its tables from snapshots of the scan state (follow.py, tailer.py). The stall banner shows a possible
+hang with the time since the last progress and, when the ranks' processes are known, what their
+stacks say (stacks.py, dumped in the worker). Only this module imports textual.
 """
 
 from __future__ import annotations
@@ -17,7 +19,26 @@ from textual.widgets import DataTable, Footer, Header, RichLog, Static
 
 from dsdoctor.redact import Redactor
 from dsdoctor.render.analysis import SEVERITY_STYLE
+from dsdoctor.watch.follow import Follower
+from dsdoctor.watch.launch import ExitStatus, Launched
+from dsdoctor.watch.progress import StallChange, StallStatus
 from dsdoctor.watch.tailer import POLL_SECONDS, Tailer, WatchState
+
+TICK_SECONDS = 1.0  # the header's "last progress Ns ago" and the stall check tick this often
+
+
+def progress_header(stall: StallStatus) -> str:
+    """The header's progress part: step rate, time since the last progress, the stall state."""
+    parts = []
+    if stall.steps_per_second is not None:
+        parts.append(f"{stall.steps_per_second:.2f} steps/s")
+    if stall.last is not None:
+        parts.append(f"last progress {stall.idle_seconds:.0f}s ago")
+    else:
+        parts.append(f"no progress line yet ({stall.idle_seconds:.0f}s quiet)")
+    if stall.stalled:
+        parts.append("POSSIBLE HANG")
+    return " | ".join(parts)
 
 
 class WatchApp(App):
@@ -26,6 +47,8 @@ class WatchApp(App):
     TITLE = "dsdoctor watch"
     CSS = """
     #status { height: 1; padding: 0 1; }
+    #stall { height: auto; max-height: 12; padding: 0 1; background: $error 30%; display: none; }
+    #stall.stalled { display: block; }
     #symptoms { height: 1fr; }
     #findings { height: 1fr; border-top: solid $accent; }
     #events { height: 8; border-top: solid $accent; }
@@ -33,9 +56,16 @@ class WatchApp(App):
     BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause/resume"),
                 Binding("c", "clear", "clear events")]
 
-    def __init__(self, tailer: Tailer, poll: float = POLL_SECONDS):
+    def __init__(self, source: Follower | Tailer, poll: float = POLL_SECONDS,
+                 launched: Launched | None = None, pid: int | None = None):
         super().__init__()
-        self.tailer = tailer
+        if isinstance(source, Tailer):  # one file, as before the follower existed
+            source = Follower([source.path], source.args)
+        self.tailer = source
+        self.launched = launched
+        self.root_pid = launched.pid if launched is not None else pid
+        self.exit_status: ExitStatus | None = None
+        self.stack_lines: tuple[str, ...] = ()
         self.poll_seconds = poll
         self.paused = False
         self._stop = threading.Event()
@@ -47,6 +77,7 @@ class WatchApp(App):
         yield Header()
         with Vertical():
             yield Static("", id="status")
+            yield Static("", id="stall")
             yield DataTable(id="symptoms", zebra_stripes=True)
             with VerticalScroll(id="findings"):
                 yield Static("", id="findings-text")
@@ -61,8 +92,18 @@ class WatchApp(App):
 
     def _worker(self) -> None:
         last_eval = 0.0
+        last_tick = 0.0
         dirty = True
         while not self._stop.is_set():
+            now = time.monotonic()
+            if not self.paused and now - last_tick >= TICK_SECONDS:
+                last_tick = now
+                changes = self.tailer.take_changes()
+                for change in changes:
+                    self._on_stall_change(change)
+                if self.launched is not None and self.exit_status is None:
+                    self.exit_status = self.launched.poll()
+                self.call_from_thread(self._apply_progress, self.tailer.stall.status())
             if not self.paused:
                 try:
                     read = self.tailer.poll()
@@ -73,12 +114,34 @@ class WatchApp(App):
                 now = time.monotonic()
                 if dirty and now - last_eval >= self.poll_seconds:
                     if not read:
-                        self.tailer.tail.flush()
+                        self.tailer.flush()
                     state = self.tailer.snapshot()
                     events = self.tailer.take_events()
                     self.call_from_thread(self._apply, state, events)
                     last_eval, dirty = now, read
             self._stop.wait(0.05 if dirty else self.poll_seconds)
+
+    def _on_stall_change(self, change: StallChange) -> None:
+        """Worker thread: on a stall, dump the ranks' stacks (seconds of py-spy, off the UI)."""
+        if change.kind == "resumed":
+            self.stack_lines = ()
+            return
+        if self.root_pid is not None:
+            from dsdoctor.watch.plain import rank_stack_lines  # noqa: PLC0415
+
+            self.stack_lines = tuple(rank_stack_lines(self.root_pid))
+
+    def _apply_progress(self, stall: StallStatus) -> None:
+        self.sub_title = f"{self.tailer.path} | {progress_header(stall)}"
+        if self.exit_status is not None:
+            self.sub_title += f" | command ended: {self.exit_status.describe()}"
+        banner = self.query_one("#stall", Static)
+        banner.set_class(stall.stalled, "stalled")
+        if stall.stalled:
+            text = Text(self._red.text(stall.describe()), style="bold")
+            for line in self.stack_lines:
+                text.append("\n" + self._red.text(line))
+            banner.update(text)
 
     def _show_error(self, msg: str) -> None:
         self.query_one("#status", Static).update(Text(msg, style="red"))
