@@ -49,11 +49,14 @@ class StallStatus:
 
     def describe(self) -> str:
         """One line: the stall, the time since progress and the last progress line."""
-        where = (f"last progress {self.last.location}: {self.last.text[:160]}" if self.last
-                 else "no progress line seen yet (step, loss, Trainer dict or tqdm bar)")
         how = "adaptive" if self.adaptive else "threshold"
-        return (f"possible hang: no progress for {self.idle_seconds:.0f}s "
-                f"({how} {self.threshold:.0f}s); {where}")
+        if self.last is None:
+            return (f"possible hang: no new output for {self.idle_seconds:.0f}s ({how} "
+                    f"{self.threshold:.0f}s) and no progress line seen yet (step, loss, "
+                    "Trainer dict or tqdm bar)")
+        return (f"possible hang: no progress for {self.idle_seconds:.0f}s ({how} "
+                f"{self.threshold:.0f}s); last progress {self.last.location}: "
+                f"{self.last.text[:160]}")
 
 
 @dataclass(frozen=True)

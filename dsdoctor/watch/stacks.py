@@ -35,7 +35,8 @@ COLLECTIVES = frozenset({
     "send", "recv", "isend", "irecv", "gather", "scatter", "reduce", "wait", "inference_all_reduce",
     "all_gather_coalesced", "allgather_fn",
 })
-_COMM_FILES = ("torch/distributed/", "deepspeed/comm/")
+# ZeRO-3 waits on its own all-gather handles (AllGatherHandle.wait in partition_parameters.py)
+_COMM_FILES = ("torch/distributed/", "deepspeed/comm/", "deepspeed/runtime/zero/")
 _LIBRARY_DIRS = ("site-packages/", "dist-packages/", "/lib/python")
 
 
@@ -175,10 +176,19 @@ def _place(frames: Sequence[Frame]) -> tuple[Place, Frame] | None:
         path = f.file
         if name in ("acquire", "wait") and ("filelock" in path or "file_baton" in path):
             return Place("an extension build lock",
-                         "a JIT op build lock is held (a killed build leaves it behind): remove "
-                         "the stale lock under TORCH_EXTENSIONS_DIR (default "
-                         "~/.cache/torch_extensions) or pre-build the ops (DS_BUILD_OPS=1 pip "
+                         "this rank waits for another process's JIT op build; if no rank is "
+                         "building (see the other stacks), the lock is stale from a killed build: "
+                         "remove the 'lock' file under TORCH_EXTENSIONS_DIR (default "
+                         "~/.cache/torch_extensions), or pre-build the ops (DS_BUILD_OPS=1 pip "
                          "install deepspeed)"), f
+        if "torch/utils/cpp_extension" in path and name in (
+                "_run_ninja_build", "_write_ninja_file_and_build_library", "_jit_compile",
+                "load"):
+            return Place("a JIT op build",
+                         "this rank is compiling a DeepSpeed/torch op with ninja (minutes on the "
+                         "first run, then cached in TORCH_EXTENSIONS_DIR): wait, or pre-build the "
+                         "ops (DS_BUILD_OPS=1 pip install deepspeed) so ranks never build at "
+                         "startup"), f
         if name in ("_next_data", "__next__", "_get_data", "_try_get_data") and \
                 "torch/utils/data" in path:
             return Place("the data loader",
@@ -203,30 +213,33 @@ def _place(frames: Sequence[Frame]) -> tuple[Place, Frame] | None:
 class StackGroup:
     ranks: tuple[int | None, ...]
     frames: tuple[Frame, ...]
+    pids: tuple[int, ...] = ()
 
     def describe(self) -> str:
-        who = _ranks_label(self.ranks)
+        who = _ranks_label(self.ranks, self.pids)
         verb_ranks = "wait" if len(self.ranks) > 1 else "waits"
         collective = next((f for f in self.frames if f.is_collective), None)
         user = next((f for f in self.frames if not f.is_library), None)
         place = _place(self.frames)
+        if not self.frames:
+            return f"{who}: empty stack"
+        shown = collective or self.frames[0]
         if collective is not None:
             text = f"{who} {verb_ranks} in {collective.function} ({collective.where})"
-        elif self.frames:
-            inner = self.frames[0]
-            text = f"{who} {'are' if len(self.ranks) > 1 else 'is'} in {inner.function} ({inner.where})"
         else:
-            return f"{who}: empty stack"
-        if place is not None and place[1] is not collective:
+            text = f"{who} {'are' if len(self.ranks) > 1 else 'is'} in {shown.function} ({shown.where})"
+        if place is not None and place[1] != shown:
             text += f", inside {place[0].label} ({place[1].where})"
-        if user is not None and user is not collective:
-            text += f", from {user.function} {user.where}"
+        if user is not None and user != shown and (place is None or user != place[1]):
+            text += f", called from {user.function} ({user.where})"
         return text
 
 
-def _ranks_label(ranks: Sequence[int | None]) -> str:
+def _ranks_label(ranks: Sequence[int | None], pids: Sequence[int] = ()) -> str:
     known = sorted(r for r in ranks if r is not None)
     if not known:
+        if pids:
+            return f"pid{'s' if len(pids) > 1 else ''} {','.join(map(str, sorted(pids)))}"
         return f"{len(ranks)} process{'es' if len(ranks) > 1 else ''}"
     word = "ranks" if len(known) > 1 else "rank"
     if len(known) > 2 and known == list(range(known[0], known[-1] + 1)):
@@ -236,12 +249,14 @@ def _ranks_label(ranks: Sequence[int | None]) -> str:
 
 def group_stacks(stacks: Sequence[RankStack]) -> list[StackGroup]:
     """Identical main-thread stacks together, largest group first."""
-    groups: dict[tuple[Frame, ...], list[int | None]] = {}
+    groups: dict[tuple[Frame, ...], list[RankStack]] = {}
     for s in stacks:
         if s.frames:
-            groups.setdefault(s.frames, []).append(s.rank)
-    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), min((r for r in kv[1] if r is not None), default=0)))
-    return [StackGroup(tuple(r), f) for f, r in ordered]
+            groups.setdefault(s.frames, []).append(s)
+    ordered = sorted(groups.items(), key=lambda kv: (
+        -len(kv[1]), min((s.rank for s in kv[1] if s.rank is not None), default=0)))
+    return [StackGroup(tuple(s.rank for s in members), frames, tuple(s.pid for s in members))
+            for frames, members in ordered]
 
 
 @dataclass(frozen=True)
@@ -261,20 +276,24 @@ def explain(stacks: Sequence[RankStack]) -> StackVerdict:
         lines.append(PTRACE_HINT)
     for s in stacks:
         if s.error and s.error != "ptrace permission denied":
-            lines.append(f"{_ranks_label([s.rank])} (pid {s.pid}): {s.error}")
+            lines.append(f"{_ranks_label([s.rank], [s.pid])} (pid {s.pid}): {s.error}")
     groups = group_stacks(stacks)
     if not groups:
         return StackVerdict(tuple(lines))
     if len(groups) == 1:
-        lines.append(f"all ranks in one place: {groups[0].describe()}")
+        one = groups[0]
+        lines.append(("all in one place: " if len(one.ranks) > 1 else "") + one.describe())
     else:
         majority = groups[0] if len(groups[0].ranks) > len(groups[1].ranks) else None
+        if majority is None:
+            lines.append(f"the ranks are in {len(groups)} different places (no majority): a rank "
+                         "that left a loop or a collective early leaves the others waiting")
         for g in groups:
             prefix = "odd one out: " if majority is not None and g is not majority else ""
             lines.append(prefix + g.describe())
     for g in groups:
         place = _place(g.frames)
         if place is not None:
-            lines.append(f"what to do ({_ranks_label(g.ranks)} in {place[0].label}): "
+            lines.append(f"what to do ({_ranks_label(g.ranks, g.pids)} in {place[0].label}): "
                          f"{place[0].advice}")
     return StackVerdict(tuple(lines))
