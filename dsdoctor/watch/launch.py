@@ -51,6 +51,7 @@ class Launched:
                              "e.g. 'dsdoctor watch -- deepspeed train.py'")
         self.argv = argv
         self.log_path = log_path
+        existed = os.path.exists(log_path)
         try:
             self._log = open(log_path, "ab")  # noqa: SIM115 - closed by the copier thread
         except OSError as exc:
@@ -61,6 +62,8 @@ class Launched:
                                          stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             self._log.close()
+            if not existed:  # leave no empty log behind for a command that never started
+                os.unlink(log_path)
             raise UsageError(f"cannot start {argv[0]!r}: {exc.strerror}; "
                              "check the command after '--'") from exc
         self.pid = self.proc.pid
