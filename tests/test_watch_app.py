@@ -1,0 +1,69 @@
+"""The TUI (dsdoctor/watch/app.py): the stall banner and the progress header, driven by Pilot with
+a hand-moved clock for the stall detector."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import pytest
+
+from dsdoctor.watch.follow import Follower
+
+# Trainer log dicts: the real format of transformers' Trainer (hf-trainer.yaml's samples)
+DICT = ("{'loss': 1.6228, 'grad_norm': 9.305521011352539, 'learning_rate': 4.9424511162240815e-06,"
+        " 'epoch': 0.16}\n")
+
+
+def args() -> argparse.Namespace:
+    return argparse.Namespace(config=[], model=None, env=None, script=[], ds_version=None,
+                              engine="auto", logs=[])
+
+
+class Clock:
+    now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_stall_banner_appears_and_clears(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    path = tmp_path / "train.log"
+    path.write_text("starting\n" + DICT * 3)
+    clock = Clock()
+    follower = Follower([str(path)], args(), stall_after=30, clock=clock)
+
+    async def wait_for(pilot, cond, what):
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if cond():
+                return
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def scenario():
+        app = WatchApp(follower, poll=0.1)
+        async with app.run_test() as pilot:
+            banner = app.query_one("#stall", Static)
+            await wait_for(pilot, lambda: follower.stall.status().progress_events == 3,
+                           "three progress events")
+            await wait_for(pilot, lambda: "last progress 0s ago" in app.sub_title, "the header")
+            assert not banner.has_class("stalled")
+            clock.now += 31
+            await wait_for(pilot, lambda: banner.has_class("stalled"), "the stall banner")
+            assert banner.display
+            text = str(banner.render())
+            assert "possible hang: no progress for 31s (threshold 30s)" in text
+            assert f"last progress {path}:4" in text
+            assert "POSSIBLE HANG" in app.sub_title
+            with open(path, "a") as fh:
+                fh.write(DICT)
+            await wait_for(pilot, lambda: not banner.has_class("stalled"), "the banner to clear")
+            assert "POSSIBLE HANG" not in app.sub_title
+            await pilot.press("q")
+
+    asyncio.run(scenario())
