@@ -106,3 +106,15 @@ def test_step_rate_from_step_numbers_else_events():
 def test_stall_after_must_be_positive():
     with pytest.raises(ValueError):
         StallDetector(stall_after=0)
+
+
+def test_the_same_step_from_another_rank_is_not_an_interval():
+    clock = Clock()
+    det = StallDetector(clock=clock)
+    for step in range(1, 7):  # steps 10 s apart, each printed by rank 0 then, 0.5 s later, rank 1
+        clock.now += 9.5
+        det.progress("rank0.log:1", DICT, step)
+        clock.now += 0.5
+        det.progress("rank1.log:1", DICT, step)
+    # intervals: 9.5 s between steps only (the 0.5 s rank-to-rank gaps are not counted)
+    assert det.threshold() == (ADAPTIVE_FACTOR * 9.5, True)

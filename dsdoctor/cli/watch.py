@@ -100,6 +100,9 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if not args.log and not args.cmd:
+        if args.pid is not None:
+            raise UsageError(f"--pid {args.pid} needs the job's LOG too (progress is read from "
+                             "it): 'dsdoctor watch train.log --pid PID'")
         raise UsageError("nothing to watch: give a LOG, or launch the run with "
                          "'dsdoctor watch -- deepspeed train.py ...'")
     _check_inputs(args, args.log)

@@ -89,9 +89,12 @@ class StallDetector:
         """A progress event was read now; returns ``resumed`` when it ends a stall."""
         now = self.clock()
         if self._marks:
-            gap = now - self._marks[-1].at
-            # events read in the same poll share one clock value: not an interval between steps
-            if gap > 1e-3:
+            prev = self._marks[-1]
+            gap = now - prev.at
+            # events read in the same poll share one clock value, and every rank prints the same
+            # step: neither is an interval between steps
+            same_step = step is not None and step == prev.step
+            if gap > 1e-3 and not same_step:
                 self._intervals.append(gap)
         self._marks.append(ProgressMark(now, location, text, step))
         self._count += 1
