@@ -133,3 +133,43 @@ def test_launch_errors_are_one_line(tmp_path):
     assert proc.returncode == 2 and "nothing to watch" in proc.stderr
     proc = watch(tmp_path, "--plain", "--pid", "1", "--", "true")
     assert proc.returncode == 2 and "give one" in proc.stderr
+
+
+# A rank that writes its own log (as `--log_file`-style trainers do), then waits in a function.
+RANK_WRITING_LOG = r"""
+import sys, time
+with open(sys.argv[1], "a") as fh:
+    for i in range(3):
+        fh.write("{'loss': %.4f, 'grad_norm': 9.305521011352539, 'learning_rate': 4.9424511162240815e-06, 'epoch': %.2f}\n" % (2.0 - i / 10, i / 10))
+        fh.flush()
+        time.sleep(0.2)
+
+def wait_in_all_reduce():
+    time.sleep(120)
+
+print("waiting", flush=True)
+wait_in_all_reduce()
+"""
+
+
+def test_pid_attaches_and_reads_the_rank_from_the_environment(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_WRITING_LOG)
+    log = tmp_path / "rank3.log"
+    env = dict(os.environ, RANK="3", LOCAL_RANK="3")
+    job = subprocess.Popen([sys.executable, str(script), str(log)], stdout=subprocess.PIPE,
+                           text=True, env=env)
+    try:
+        assert job.stdout.readline().strip() == "waiting"
+        proc = watch(tmp_path, str(log), "--plain", "--pid", str(job.pid), "--stall-after", "2",
+                     "--exit-on-idle", "8")
+    finally:
+        job.kill()
+        job.wait()
+    out = proc.stdout
+    assert f"last progress {log}:3:" in out
+    stack = next(line for line in out.splitlines() if line.startswith("rank stacks:"))
+    if find_py_spy():
+        assert stack.startswith("rank stacks: rank 3 is in wait_in_all_reduce (rank.py:10)"), stack
+    else:
+        assert "pip install py-spy" in stack
