@@ -67,3 +67,31 @@ def test_stall_banner_appears_and_clears(tmp_path):
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_plots_show_the_loss_and_loss_scale(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    # DeepSpeed step lines (real format, deepspeed-engine.yaml's samples) and Trainer dicts
+    path = tmp_path / "train.log"
+    path.write_text("[2023-01-15 19:09:56,641] [INFO] [logging.py:68:log_dist] [Rank 0] "
+                    "step=2500, skipped=3, lr=[0.05], mom=[(0.9, 0.999)]\n"
+                    + DICT + DICT.replace("1.6228", "1.5"))
+    follower = Follower([str(path)], args())
+
+    async def scenario():
+        app = WatchApp(follower, poll=0.1)
+        async with app.run_test() as pilot:
+            plots = app.query_one("#plots", Static)
+            for _ in range(60):
+                await pilot.pause(0.1)
+                if "loss" in str(plots.render()):
+                    break
+            text = str(plots.render())
+            assert "loss              1.5 █▁" in text, text
+            await pilot.press("q")
+
+    asyncio.run(scenario())

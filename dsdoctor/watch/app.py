@@ -47,6 +47,7 @@ class WatchApp(App):
     TITLE = "dsdoctor watch"
     CSS = """
     #status { height: 1; padding: 0 1; }
+    #plots { height: auto; max-height: 4; padding: 0 1; }
     #stall { height: auto; max-height: 12; padding: 0 1; background: $error 30%; display: none; }
     #stall.stalled { display: block; }
     #symptoms { height: 1fr; }
@@ -77,6 +78,7 @@ class WatchApp(App):
         yield Header()
         with Vertical():
             yield Static("", id="status")
+            yield Static("", id="plots")
             yield Static("", id="stall")
             yield DataTable(id="symptoms", zebra_stripes=True)
             with VerticalScroll(id="findings"):
@@ -103,7 +105,9 @@ class WatchApp(App):
                     self._on_stall_change(change)
                 if self.launched is not None and self.exit_status is None:
                     self.exit_status = self.launched.poll()
-                self.call_from_thread(self._apply_progress, self.tailer.stall.status())
+                # the series are read here, in the worker that appends to them
+                plots = self.tailer.series.lines(self.tailer.stall.intervals())
+                self.call_from_thread(self._apply_progress, self.tailer.stall.status(), plots)
             if not self.paused:
                 try:
                     read = self.tailer.poll()
@@ -131,7 +135,8 @@ class WatchApp(App):
 
             self.stack_lines = tuple(rank_stack_lines(self.root_pid))
 
-    def _apply_progress(self, stall: StallStatus) -> None:
+    def _apply_progress(self, stall: StallStatus, plots: list[str]) -> None:
+        self.query_one("#plots", Static).update(Text("\n".join(plots), style="cyan"))
         self.sub_title = f"{self.tailer.path} | {progress_header(stall)}"
         if self.exit_status is not None:
             self.sub_title += f" | command ended: {self.exit_status.describe()}"

@@ -11,23 +11,14 @@ import argparse
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from dsdoctor.diagnose.pipeline import evaluate
 from dsdoctor.logs.scan import FileSummary, Scanner
 from dsdoctor.model import Evidence
 from dsdoctor.render.analysis import timeline_summary
-from dsdoctor.watch.progress import FLOOR_SECONDS, StallChange, StallDetector, StallStatus
+from dsdoctor.watch.progress import FLOOR_SECONDS, StallChange, StallDetector
+from dsdoctor.watch.series import LiveSeries
 from dsdoctor.watch.tailer import Tailer, WatchState
-
-
-@dataclass(frozen=True)
-class LiveState:
-    """One snapshot for the UI: the analysis so far and the progress/stall state."""
-
-    watch: WatchState
-    stall: StallStatus
-    notes: tuple[str, ...] = field(default_factory=tuple)  # rank stacks, command status, ...
 
 
 class Follower:
@@ -43,6 +34,7 @@ class Follower:
                         for p in self.paths]
         self.stall = StallDetector(stall_after, clock=clock, floor=floor)
         self._changes: list[StallChange] = []
+        self.series = LiveSeries()
         self._lock = threading.Lock()
         for t in self.tailers:
             t.on_progress = self._on_progress
@@ -54,6 +46,7 @@ class Follower:
 
     def _on_progress(self, ev: Evidence, values: dict) -> None:
         step = values.get("step")
+        self.series.add(values)
         change = self.stall.progress(ev.location, ev.text, step if isinstance(step, int) else None)
         if change:
             with self._lock:

@@ -116,6 +116,10 @@ class StallDetector:
         self._stalled_at = None
         return StallChange("resumed", self.status(), stalled_for=lasted)
 
+    def intervals(self) -> list[float]:
+        """The recent intervals between progress events (step times), oldest first."""
+        return list(self._intervals)
+
     def threshold(self) -> tuple[float, bool]:
         """(seconds, adaptive): --stall-after, else 20x the median interval, else the floor."""
         if self.stall_after is not None:
