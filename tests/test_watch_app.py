@@ -95,3 +95,32 @@ def test_plots_show_the_loss_and_loss_scale(tmp_path):
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_key_r_writes_the_issue_report(tmp_path):
+    pytest.importorskip("textual")
+    from dsdoctor.watch.app import WatchApp
+
+    # the launcher's -9 exit, a real line (DeepSpeed#3232)
+    path = tmp_path / "train.log"
+    path.write_text("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] "
+                    "['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with return "
+                    "code = -9\n")
+    out = tmp_path / "issue.md"
+
+    async def scenario():
+        app = WatchApp(Follower([str(path)], args()), poll=0.1)
+        app.report_path = str(out)
+        async with app.run_test() as pilot:
+            await pilot.pause(0.3)
+            await pilot.press("r")
+            for _ in range(300):
+                await pilot.pause(0.1)
+                if app.last_report:
+                    break
+            assert app.last_report == f"wrote the issue report to {out}; review it before filing"
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+    body = out.read_text()
+    assert "exits with return code = -9" in body

@@ -55,7 +55,7 @@ class WatchApp(App):
     #events { height: 8; border-top: solid $accent; }
     """
     BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause/resume"),
-                Binding("c", "clear", "clear events")]
+                Binding("c", "clear", "clear events"), Binding("r", "report", "issue report")]
 
     def __init__(self, source: Follower | Tailer, poll: float = POLL_SECONDS,
                  launched: Launched | None = None, pid: int | None = None):
@@ -67,6 +67,8 @@ class WatchApp(App):
         self.root_pid = launched.pid if launched is not None else pid
         self.exit_status: ExitStatus | None = None
         self.stack_lines: tuple[str, ...] = ()
+        self.report_path: str | None = None  # key r: default ./dsdoctor-issue-<time>.md
+        self.last_report = ""
         self.poll_seconds = poll
         self.paused = False
         self._stop = threading.Event()
@@ -191,6 +193,20 @@ class WatchApp(App):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
+
+    def action_report(self) -> None:
+        """Write the issue report of what was seen so far (dsdoctor report, in a thread)."""
+        self.notify("writing the issue report...", timeout=3)
+        threading.Thread(target=self._write_report, daemon=True, name="dsdoctor-report").start()
+
+    def _write_report(self) -> None:
+        from dsdoctor.watch.issue import write_issue_report  # noqa: PLC0415
+
+        ok, message = write_issue_report(self.tailer.paths, self.tailer.args,
+                                         self.report_path)
+        self.last_report = message
+        self.call_from_thread(self.notify, message, severity="information" if ok else "error",
+                              timeout=10)
 
     def action_clear(self) -> None:
         self.query_one("#events", RichLog).clear()
