@@ -25,6 +25,7 @@ from dsdoctor.watch.progress import StallChange, StallStatus
 from dsdoctor.watch.tailer import POLL_SECONDS, Tailer, WatchState
 
 TICK_SECONDS = 1.0  # the header's "last progress Ns ago" and the stall check tick this often
+MACHINE_SECONDS = 3.0  # RAM/swap/GPU polling (NVML calls take milliseconds; not on the UI thread)
 
 
 def progress_header(stall: StallStatus) -> str:
@@ -47,6 +48,7 @@ class WatchApp(App):
     TITLE = "dsdoctor watch"
     CSS = """
     #status { height: 1; padding: 0 1; }
+    #machine { height: 1; padding: 0 1; color: $text-muted; }
     #plots { height: auto; max-height: 4; padding: 0 1; }
     #stall { height: auto; max-height: 12; padding: 0 1; background: $error 30%; display: none; }
     #stall.stalled { display: block; }
@@ -80,6 +82,7 @@ class WatchApp(App):
         yield Header()
         with Vertical():
             yield Static("", id="status")
+            yield Static("", id="machine")
             yield Static("", id="plots")
             yield Static("", id="stall")
             yield DataTable(id="symptoms", zebra_stripes=True)
@@ -97,11 +100,15 @@ class WatchApp(App):
     def _worker(self) -> None:
         last_eval = 0.0
         last_tick = 0.0
+        last_machine = 0.0
         dirty = True
         while not self._stop.is_set():
             now = time.monotonic()
             if not self.paused and now - last_tick >= TICK_SECONDS:
                 last_tick = now
+                if now - last_machine >= MACHINE_SECONDS:
+                    last_machine = now
+                    self._poll_machine()
                 changes = self.tailer.take_changes()
                 for change in changes:
                     self._on_stall_change(change)
@@ -126,6 +133,15 @@ class WatchApp(App):
                     self.call_from_thread(self._apply, state, events)
                     last_eval, dirty = now, read
             self._stop.wait(0.05 if dirty else self.poll_seconds)
+
+    def _poll_machine(self) -> None:
+        from dsdoctor.watch.machine import sample_machine  # noqa: PLC0415
+
+        try:
+            text = sample_machine().describe()
+        except Exception as exc:  # noqa: BLE001 - the machine view is a help, never fatal
+            text = f"this machine: cannot read memory ({exc})"
+        self.call_from_thread(self.query_one("#machine", Static).update, text)
 
     def _on_stall_change(self, change: StallChange) -> None:
         """Worker thread: on a stall, dump the ranks' stacks (seconds of py-spy, off the UI)."""
