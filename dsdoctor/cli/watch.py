@@ -110,24 +110,26 @@ def run(args: argparse.Namespace) -> int:
     from dsdoctor.watch.launch import Launched, default_log_path  # noqa: PLC0415
 
     logs = list(args.log)
+    log_file = (args.log_file or default_log_path()) if args.cmd else None
+    if log_file:
+        logs.append(log_file)
+    # the follower (and its scanner) is ready before the command starts: a Ctrl-C from then on
+    # always finds a command to stop
+    from_start = not args.from_end or log_file is not None
+    follower = Follower(logs, args, from_start=from_start, stall_after=args.stall_after)
     launched = None
-    if args.cmd:
-        log_file = args.log_file or default_log_path()
+    if log_file:
         launched = Launched(args.cmd, log_file)
         print(f"dsdoctor: launched {args.cmd[0]} (pid {launched.pid}, own process group); its "
               f"output goes to {log_file}", file=sys.stderr, flush=True)
-        logs.append(log_file)
-    from_start = not args.from_end or launched is not None
-    follower = Follower(logs, args, from_start=from_start, stall_after=args.stall_after)
-    if args.plain:
-        from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415 - no textual for --plain
-
-        return PlainWatch(follower, args, launched=launched, pid=args.pid).run()
-    from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
-
-    app = WatchApp(follower, launched=launched, pid=args.pid)
     try:
-        app.run()
+        if args.plain:
+            from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415 - no textual for --plain
+
+            return PlainWatch(follower, args, launched=launched, pid=args.pid).run()
+        from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
+
+        WatchApp(follower, launched=launched, pid=args.pid).run()
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
