@@ -64,6 +64,10 @@ def test_stall_banner_appears_and_clears(tmp_path):
                 fh.write(DICT)
             await wait_for(pilot, lambda: not banner.has_class("stalled"), "the banner to clear")
             assert "POSSIBLE HANG" not in app.sub_title
+            # the stall's evidence stays, marked cleared
+            await wait_for(pilot, lambda: "stall cleared" in str(banner.render()), "cleared")
+            assert banner.has_class("cleared")
+            assert f"it was: possible hang: no progress for 31s" in str(banner.render())
             await pilot.press("q")
 
     asyncio.run(scenario())

@@ -52,6 +52,7 @@ class WatchApp(App):
     #plots { height: auto; max-height: 4; padding: 0 1; }
     #stall { height: auto; max-height: 12; padding: 0 1; background: $error 30%; display: none; }
     #stall.stalled { display: block; }
+    #stall.cleared { display: block; background: $warning 20%; }
     #symptoms { height: 1fr; }
     #findings { height: 1fr; border-top: solid $accent; }
     #events { height: 8; border-top: solid $accent; }
@@ -69,6 +70,8 @@ class WatchApp(App):
         self.root_pid = launched.pid if launched is not None else pid
         self.exit_status: ExitStatus | None = None
         self.stack_lines: tuple[str, ...] = ()
+        self.stall_text = ""  # the last stall's one line, kept after it clears
+        self.cleared_after: float | None = None
         self.report_path: str | None = None  # key r: default ./dsdoctor-issue-<time>.md
         self.last_report = ""
         self.poll_seconds = poll
@@ -146,8 +149,13 @@ class WatchApp(App):
     def _on_stall_change(self, change: StallChange) -> None:
         """Worker thread: on a stall, dump the ranks' stacks (seconds of py-spy, off the UI)."""
         if change.kind == "resumed":
-            self.stack_lines = ()
+            # the stall's evidence stays on screen: a hang that ends in a timeout error is exactly
+            # when the user wants to see which rank was stuck where
+            self.cleared_after = change.stalled_for
             return
+        self.cleared_after = None
+        self.stall_text = change.status.describe()
+        self.stack_lines = ()
         if self.root_pid is not None:
             from dsdoctor.watch.plain import rank_stack_lines  # noqa: PLC0415
 
@@ -160,11 +168,17 @@ class WatchApp(App):
             self.sub_title += f" | command ended: {self.exit_status.describe()}"
         banner = self.query_one("#stall", Static)
         banner.set_class(stall.stalled, "stalled")
+        banner.set_class(not stall.stalled and bool(self.stall_text), "cleared")
         if stall.stalled:
             text = Text(self._red.text(stall.describe()), style="bold")
-            for line in self.stack_lines:
-                text.append("\n" + self._red.text(line))
-            banner.update(text)
+        elif self.stall_text:
+            after = f" after {self.cleared_after:.0f}s" if self.cleared_after is not None else ""
+            text = Text(f"stall cleared{after}; it was: " + self._red.text(self.stall_text))
+        else:
+            return
+        for line in self.stack_lines:
+            text.append("\n" + self._red.text(line))
+        banner.update(text)
 
     def _show_error(self, msg: str) -> None:
         self.query_one("#status", Static).update(Text(msg, style="red"))

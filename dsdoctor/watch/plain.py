@@ -69,8 +69,11 @@ class PlainWatch:
     def stall_changed(self, change: StallChange) -> None:
         if change.kind == "resumed":
             last = change.status.last
-            where = f" ({last.location})" if last else ""
-            self.say(f"progress resumed after {change.stalled_for:.0f}s stalled{where}")
+            if last is None:  # before any progress line, new output is what ended the stall
+                self.say(f"output resumed after {change.stalled_for:.0f}s stalled")
+            else:
+                self.say(f"progress resumed after {change.stalled_for:.0f}s stalled "
+                         f"({last.location})")
             return
         self.say(self.red.text(change.status.describe()))
         if self.root_pid is not None:
