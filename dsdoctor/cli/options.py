@@ -32,8 +32,8 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
     """The analysis inputs named by a parsed command line (nothing below cli/ sees argparse)."""
     logs = getattr(args, "logs", None)
     if logs is None:
-        one = getattr(args, "log", None)  # watch follows one log
-        logs = [one] if one else []
+        one = getattr(args, "log", None)  # watch: its LOG arguments (a list), or one log
+        logs = list(one) if isinstance(one, (list, tuple)) else [one] if one else []
     return AnalysisInputs.of(logs=logs, configs=getattr(args, "config", None) or [],
                              model=getattr(args, "model", None), env=getattr(args, "env", None),
                              scripts=getattr(args, "script", None) or [],

@@ -1,96 +1,146 @@
-"""``dsdoctor watch``: tail a live run and raise findings as they happen."""
+"""``dsdoctor watch``: follow a live run, raise findings and possible hangs as they happen."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import sys
-import time
 
 from dsdoctor.errors import UsageError
 from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.logs.reader import open_log
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    return value
+
+
+def _split_command(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first ``--`` is the command to launch (argparse alone would take
+    it as more LOGs)."""
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
+        args = list(sys.argv[1:] if args is None else args)
+        cmd: list[str] = []
+        if "--" in args:
+            cut = args.index("--")
+            args, cmd = args[:cut], args[cut + 1:]
+        ns, extra = parse_known(args, namespace)
+        ns.cmd = cmd
+        return ns, extra
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "watch",
-        help="tail a live training log and raise findings as they happen (TUI)",
-        description="Follow a growing training log (like tail -F), show its symptoms, timeline "
-        "and findings live. Keys: q quit, p pause, c clear events. --plain prints one line "
+        help="follow a live run (or launch one with -- CMD) and raise findings and hangs as they "
+        "happen (TUI)",
+        description="Follow growing training logs (like tail -F; several LOGs, one per rank or "
+        "node, are followed together), show symptoms, findings and progress live, and raise a "
+        "possible hang when no progress (step line, Trainer dict, tqdm bar, loss) arrives for "
+        "--stall-after seconds. '-- CMD ARGS...' launches the training command, tees its output "
+        "to a log file and watches it; --pid attaches to a running job. When the ranks' processes "
+        "are known, a stall dumps every rank's Python stack with py-spy (pip install py-spy) and "
+        "names the odd ranks out. Keys: q quit, p pause, c clear events. --plain prints one line "
         "per event instead (for scripts, CI and terminals without a TUI).",
+        usage="dsdoctor watch [LOG ...] [--config FILE] [--env FILE|local] [--stall-after SECONDS] "
+        "[--plain] [--pid PID] [-- CMD ARGS ...]",
     )
-    p.add_argument("log", metavar="LOG")
+    p.add_argument("log", nargs="*", metavar="LOG")
     add_input_options(p)
     p.add_argument("--from-end", action="store_true",
-                   help="start at the end of the file (default: read it from the start)")
+                   help="start at the end of the files (default: read them from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")
     p.add_argument("--exit-on-idle", type=float, metavar="SECONDS",
-                   help="(--plain) stop after the log has not grown for SECONDS")
-    p.set_defaults(func=run)
+                   help="(--plain) stop after the logs have not grown for SECONDS")
+    p.add_argument("--stall-after", type=_positive, metavar="SECONDS",
+                   help="raise a possible hang after SECONDS without progress (default: 20x the "
+                   "median interval between progress lines once a few are seen, at least 60 s; "
+                   "300 s before that)")
+    p.add_argument("--pid", type=int, metavar="PID",
+                   help="attach to a running job: the launcher's (or a rank's) PID; its process "
+                   "tree holds the ranks, whose stacks are dumped on a stall")
+    p.add_argument("--log-file", metavar="FILE",
+                   help="(-- CMD) where the command's output goes (default: "
+                   "./dsdoctor-watch-<time>.log)")
+    _split_command(p)
+    p.set_defaults(func=run, cmd=[])
 
 
-def run(args: argparse.Namespace) -> int:
-    # validate the log and the other inputs up front: bad input is one line and exit 2
-    log = open_log(args.log)
-    log.close()
-    if log.compressed:
-        raise UsageError(f"{args.log}: cannot follow a compressed log; use 'dsdoctor analyze'")
+def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
+    """Bad input is one line and exit 2, before anything is launched."""
+    for path in logs:
+        log = open_log(path)
+        log.close()
+        if log.compressed:
+            raise UsageError(f"{path}: cannot follow a compressed log; use 'dsdoctor analyze'")
+    if args.pid is not None and args.cmd:
+        raise UsageError("--pid attaches to a running job and '-- CMD' launches one: give one")
+    if args.pid is not None:
+        import psutil  # noqa: PLC0415
+
+        if not psutil.pid_exists(args.pid):
+            raise UsageError(f"--pid {args.pid}: no such process; give the PID of the launcher "
+                             "(deepspeed, torchrun, accelerate) or of one rank")
+    if args.log_file and not args.cmd:
+        raise UsageError("--log-file names the log of a launched command: add '-- CMD ARGS'")
     from dsdoctor.diagnose.pipeline import evaluate  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 
-    inputs = inputs_from(args)
-    evaluate(inputs, ScanResult())  # raises UsageError for a bad --config/--env/--model
-    if args.plain:
-        return run_plain(args)
-    from dsdoctor.watch.tailer import Tailer  # noqa: PLC0415
-    from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
-
-    WatchApp(Tailer(args.log, inputs, from_start=not args.from_end)).run()
-    return 0
+    evaluate(inputs_from(args), ScanResult())  # raises UsageError for a bad --config/--env/--model
 
 
-def run_plain(args: argparse.Namespace) -> int:
-    """One line per event and per new finding; exit 1 if an error finding was raised."""
-    from dsdoctor.redact import Redactor  # noqa: PLC0415
-    from dsdoctor.watch.tailer import Tailer  # noqa: PLC0415 - no textual for --plain
+def run(args: argparse.Namespace) -> int:
+    if not args.log and not args.cmd:
+        if args.pid is not None:
+            raise UsageError(f"--pid {args.pid} needs the job's LOG too (progress is read from "
+                             "it): 'dsdoctor watch train.log --pid PID'")
+        raise UsageError("nothing to watch: give a LOG, or launch the run with "
+                         "'dsdoctor watch -- deepspeed train.py ...'")
+    _check_inputs(args, args.log)
+    from dsdoctor.watch.follow import Follower  # noqa: PLC0415
+    from dsdoctor.watch.launch import Launched, default_log_path  # noqa: PLC0415
 
-    tailer = Tailer(args.log, inputs_from(args), from_start=not args.from_end)
-    red = Redactor()  # secrets printed in the log are not echoed
-    seen: set[str] = set()
-    worst = 0
-
-    def report() -> None:
-        nonlocal worst
-        events = tailer.take_events()
-        for kind, ev, _ in events:
-            # redact the whole line, then cut: a token across character 200 is never half shown
-            print(f"{ev.location}: {kind}: {red.cut(ev.text, 200)}", flush=True)
-        if not events:
-            return
-        tailer.state = tailer.snapshot()
-        for f in tailer.state.findings:
-            if f.rule not in seen:
-                seen.add(f.rule)
-                if f.severity == "error":
-                    worst = 1
-                print(red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
-                               + (f" -- fix: {f.fix}" if f.fix else "")), flush=True)
-
-    idle_since = time.monotonic()
+    logs = list(args.log)
+    log_file = (args.log_file or default_log_path()) if args.cmd else None
+    if log_file:
+        logs.append(log_file)
+    # the follower (and its scanner) is ready before the command starts: a Ctrl-C from then on
+    # always finds a command to stop
+    from_start = not args.from_end or log_file is not None
+    inputs = replace(inputs_from(args), logs=tuple(logs))
+    follower = Follower(logs, inputs, from_start=from_start, stall_after=args.stall_after)
+    launched = None
+    if log_file:
+        launched = Launched(args.cmd, log_file)
+        print(f"dsdoctor: launched {args.cmd[0]} (pid {launched.pid}, own process group); its "
+              f"output goes to {log_file}", file=sys.stderr, flush=True)
     try:
-        while True:
-            read = tailer.poll()
-            if read:
-                idle_since = time.monotonic()
-            else:
-                tailer.tail.flush()
-            report()
-            if args.exit_on_idle is not None and time.monotonic() - idle_since >= args.exit_on_idle:
-                tailer.tail.flush(final=True)
-                report()
-                return worst
-            if not read:
-                time.sleep(0.2)
-    except KeyboardInterrupt:
-        print("", file=sys.stderr)
-        return worst
+        if args.plain:
+            from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415 - no textual for --plain
+
+            return PlainWatch(follower, cmd=args.cmd or (), exit_on_idle=args.exit_on_idle,
+                              launched=launched, pid=args.pid).run()
+        from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
+
+        WatchApp(follower, launched=launched, pid=args.pid).run()
+    finally:
+        if launched is not None and launched.poll() is None:
+            print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
+                  "process group)", file=sys.stderr)
+            launched.stop()
+    if launched is not None:
+        status = launched.poll()
+        if status is not None:
+            print(f"dsdoctor: command ended: {status.describe()}; log: {launched.log_path}",
+                  file=sys.stderr)
+    return 0

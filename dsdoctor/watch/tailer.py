@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsdoctor.facts.inputs import AnalysisInputs
@@ -35,18 +36,24 @@ class WatchState:
 class Tailer:
     """Follows one file (also across truncation/rotation), feeding a TailScanner."""
 
-    def __init__(self, path: str, inputs: AnalysisInputs, from_start: bool = True):
+    def __init__(self, path: str, inputs: AnalysisInputs, from_start: bool = True,
+                 scanner: Scanner | None = None):
         self.path = path
         self.inputs = inputs
         self.events: list[tuple[str, Evidence, dict]] = []
+        # hook for watch/follow.py: timeline events are progress (stall detection)
+        self.on_progress: Callable[[Evidence, dict], None] | None = None
         self._lock = threading.Lock()
-        self._scanner = Scanner(engine=inputs.engine)
+        # several logs followed together share one Scanner, so their symptoms aggregate
+        self._scanner = scanner or Scanner(engine=inputs.engine)
         self.tail = TailScanner(path, self._scanner, on_event=self._on_event)
         self._pos = 0 if from_start else (os.path.getsize(path) if os.path.exists(path) else 0)
         self._ino = None
         self.state = WatchState()
 
     def _on_event(self, kind: str, ev: Evidence, values: dict) -> None:
+        if kind == "timeline" and self.on_progress is not None:
+            self.on_progress(ev, values)
         if kind == "timeline" or kind.startswith("fact:"):
             return
         with self._lock:

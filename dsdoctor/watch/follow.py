@@ -1,0 +1,112 @@
+"""Follow several logs of one run together (one per rank or node) and track its progress.
+
+The tailers (tailer.py) share one Scanner, so symptoms from every log aggregate into one analysis;
+their timeline events feed the stall detector (progress.py). Used by ``watch --plain`` (plain.py)
+and the TUI (app.py); it imports no UI library.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from dsdoctor.diagnose.pipeline import evaluate
+from dsdoctor.logs.scan import FileSummary, Scanner
+from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.model import Evidence
+from dsdoctor.render.analysis import timeline_summary
+from dsdoctor.watch.progress import FLOOR_SECONDS, StallChange, StallDetector
+from dsdoctor.watch.series import LiveSeries
+from dsdoctor.watch.tailer import Tailer, WatchState
+
+
+class Follower:
+    """Several tailers, one scanner, one stall detector."""
+
+    def __init__(self, paths: list[str], inputs: AnalysisInputs, from_start: bool = True,
+                 stall_after: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 floor: float = FLOOR_SECONDS):
+        self.inputs = inputs
+        self.paths = list(paths)
+        self.scanner = Scanner(engine=inputs.engine)
+        self.tailers = [Tailer(p, inputs, from_start=from_start, scanner=self.scanner)
+                        for p in self.paths]
+        self.stall = StallDetector(stall_after, clock=clock, floor=floor)
+        self._changes: list[StallChange] = []
+        self.series = LiveSeries()
+        self._lock = threading.Lock()
+        for t in self.tailers:
+            t.on_progress = self._on_progress
+        self.state = WatchState()
+
+    @property
+    def path(self) -> str:
+        return ", ".join(self.paths)
+
+    def _on_progress(self, ev: Evidence, values: dict) -> None:
+        step = values.get("step")
+        self.series.add(values)
+        change = self.stall.progress(ev.location, ev.text, step if isinstance(step, int) else None)
+        if change:
+            with self._lock:
+                self._changes.append(change)
+
+    def _lines(self) -> int:
+        return sum(t.tail.lines_read for t in self.tailers)
+
+    def poll(self) -> bool:
+        """Read what is new in every log; True when something was read."""
+        before = self._lines()
+        read = False
+        for t in self.tailers:
+            read |= t.poll()
+        if not read:
+            self.flush()
+        if self._lines() != before:
+            change = self.stall.activity()
+            if change:
+                with self._lock:
+                    self._changes.append(change)
+        return read
+
+    def flush(self, final: bool = False) -> None:
+        for t in self.tailers:
+            t.tail.flush(final=final)
+
+    def take_events(self) -> list[tuple[str, Evidence, dict]]:
+        out: list[tuple[str, Evidence, dict]] = []
+        for t in self.tailers:
+            out.extend(t.take_events())
+        return out
+
+    def take_changes(self) -> list[StallChange]:
+        """Stall transitions since the last call (checks the threshold now)."""
+        change = self.stall.check()
+        with self._lock:
+            if change:
+                self._changes.append(change)
+            out, self._changes = self._changes, []
+        return out
+
+    def snapshot(self) -> WatchState:
+        if len(self.tailers) == 1:
+            self.state = self.tailers[0].snapshot()
+            return self.state
+        res = self.scanner.result()
+        res.files = [FileSummary(path=t.path, lines=t.tail.lines_read, bytes=t.tail.bytes_read)
+                     for t in self.tailers]
+        try:
+            findings, _, _ = evaluate(self.inputs, res)
+            error = ""
+        except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
+            findings, error = list(self.state.findings), f"rules: {exc}"
+        self.state = WatchState(
+            lines=sum(f.lines for f in res.files),
+            bytes=sum(f.bytes for f in res.files),
+            symptoms=tuple(sorted(res.symptoms.values(), key=lambda s: (s.first.file, s.first.line))),
+            findings=tuple(findings),
+            timeline=timeline_summary(tuple(res.timeline)),
+            error=error,
+        )
+        return self.state

@@ -1,0 +1,131 @@
+"""``dsdoctor watch --plain``: one line per event, finding and stall, for scripts, CI and plain
+terminals. With ``-- CMD`` it launches the command and exits with the analysis exit code when the
+command ends; with the ranks' processes known (``--`` or ``--pid``) a stall dumps their stacks.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from dsdoctor.redact import Redactor
+from dsdoctor.watch.follow import Follower
+from dsdoctor.watch.launch import ExitStatus, Launched
+from dsdoctor.watch.progress import StallChange
+
+Say = Callable[[str], None]
+
+
+def rank_stack_lines(root_pid: int) -> list[str]:
+    """Dump and explain the stacks of the ranks under ``root_pid`` (the launcher or a rank)."""
+    from dsdoctor.errors import UsageError  # noqa: PLC0415
+    from dsdoctor.watch import stacks  # noqa: PLC0415
+    from dsdoctor.watch.ranks import find_ranks  # noqa: PLC0415
+
+    try:
+        procs = find_ranks(root_pid)
+    except UsageError as exc:
+        return [f"rank stacks: {exc}"]
+    if not procs:
+        return [f"rank stacks: no Python process found under pid {root_pid}"]
+    if stacks.find_py_spy() is None:
+        return [f"rank stacks: py-spy is not installed: {stacks.INSTALL_HINT}"]
+    return ["rank stacks: " + line for line in stacks.explain(stacks.dump_ranks(procs)).lines]
+
+
+class PlainWatch:
+    """The --plain loop: follow, print, detect stalls, stop with the command."""
+
+    def __init__(self, follower: Follower, cmd: Sequence[str] = (),
+                 exit_on_idle: float | None = None, launched: Launched | None = None,
+                 pid: int | None = None, out: Say | None = None):
+        self.follower = follower
+        self.cmd = tuple(cmd)
+        self.exit_on_idle = exit_on_idle
+        self.launched = launched
+        self.root_pid = launched.pid if launched is not None else pid
+        self.say: Say = out or (lambda s: print(s, flush=True))
+        self.red = Redactor()  # secrets printed in the log are not echoed
+        self.seen: set[str] = set()
+        self.worst = 0
+
+    def report(self) -> None:
+        events = self.follower.take_events()
+        for kind, ev, _ in events:
+            # redact the whole line, then cut: a token across character 200 is never half shown
+            self.say(f"{ev.location}: {kind}: {self.red.cut(ev.text, 200)}")
+        if events:
+            state = self.follower.snapshot()
+            for f in state.findings:
+                if f.rule not in self.seen:
+                    self.seen.add(f.rule)
+                    if f.severity == "error":
+                        self.worst = 1
+                    self.say(self.red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
+                                           + (f" -- fix: {f.fix}" if f.fix else "")))
+        for change in self.follower.take_changes():
+            self.stall_changed(change)
+
+    def stall_changed(self, change: StallChange) -> None:
+        if change.kind == "resumed":
+            last = change.status.last
+            if last is None:  # before any progress line, new output is what ended the stall
+                self.say(f"output resumed after {change.stalled_for:.0f}s stalled")
+            else:
+                self.say(f"progress resumed after {change.stalled_for:.0f}s stalled "
+                         f"({last.location})")
+            return
+        self.say(self.red.text(change.status.describe()))
+        if self.root_pid is not None:
+            for line in rank_stack_lines(self.root_pid):
+                self.say(self.red.text(line))
+
+    def finish_command(self, status: ExitStatus) -> int:
+        """The command ended: read the rest of its log, then the analysis decides the exit code."""
+        from dsdoctor.diagnose.pipeline import analyze  # noqa: PLC0415
+
+        while self.follower.poll():
+            self.report()
+        self.follower.flush(final=True)
+        self.report()
+        self.say(f"command ended: {status.describe()} ({self.red.cut(' '.join(self.cmd), 200)})")
+        report = analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths)))
+        code = report.exit_code
+        if status.returncode != 0 and code == 0:
+            # a run that failed is never called clean, even when its log names no cause
+            self.say(f"the command failed ({status.describe()}) and the log shows no known cause;"
+                     f" see {', '.join(self.follower.paths)}")
+            code = 1
+        return code
+
+    def run(self) -> int:
+        idle_since = time.monotonic()
+        try:
+            while True:
+                read = self.follower.poll()
+                if read:
+                    idle_since = time.monotonic()
+                self.report()
+                if self.launched is not None:
+                    status = self.launched.poll()
+                    if status is not None:
+                        return self.finish_command(status)
+                exit_on_idle = self.exit_on_idle
+                if exit_on_idle is not None and time.monotonic() - idle_since >= exit_on_idle:
+                    self.follower.flush(final=True)
+                    self.report()
+                    return self.worst
+                if not read:
+                    time.sleep(0.2)
+        except KeyboardInterrupt:
+            print("", file=sys.stderr)
+            if self.launched is None:
+                return self.worst
+            print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
+                  "process group)", file=sys.stderr)
+            status = self.launched.stop()
+            if status is None:
+                return 130
+            return self.finish_command(status)

@@ -1,0 +1,166 @@
+"""Progress and stalls for ``dsdoctor watch``: a silent hang must not look like a healthy run.
+
+Progress is any timeline event the scanner emits (DeepSpeed step lines, Trainer log dicts, tqdm bars
+with a loss, Megatron iterations, ...). Until the first one arrives, any new log line counts as
+activity instead, so that a job that never prints steps (inference, ``generate``) is still judged by
+its output going quiet. The clock is injected, so tests move time by hand instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Before a few intervals are seen there is nothing to be adaptive about: startup (model loading,
+# JIT op builds, the first collective) legitimately takes minutes, so the floor is generous.
+FLOOR_SECONDS = 300.0
+# Once adaptive, never below this: evaluation, checkpoint saves and logging pauses take tens of
+# seconds even when steps take a fraction of one.
+MIN_ADAPTIVE_SECONDS = 60.0
+ADAPTIVE_FACTOR = 20.0
+MIN_INTERVALS = 4  # intervals between progress events needed before the threshold adapts
+HISTORY = 64  # recent progress events kept for the median interval and the step rate
+
+
+@dataclass(frozen=True)
+class ProgressMark:
+    """One progress event: when it arrived and the line that showed it."""
+
+    at: float  # clock time it was read
+    location: str  # file:line
+    text: str
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class StallStatus:
+    """What the detector says now: stalled or not, for how long, against which threshold."""
+
+    stalled: bool
+    idle_seconds: float  # since the last progress (or, before any, the last activity)
+    threshold: float
+    adaptive: bool  # threshold from the run's own pace (not --stall-after, not the floor)
+    last: ProgressMark | None  # the last progress line, None before any
+    progress_events: int
+    steps_per_second: float | None  # from step numbers when printed, else events per second
+
+    def describe(self) -> str:
+        """One line: the stall, the time since progress and the last progress line."""
+        how = "adaptive" if self.adaptive else "threshold"
+        if self.last is None:
+            return (f"possible hang: no new output for {self.idle_seconds:.0f}s ({how} "
+                    f"{self.threshold:.0f}s) and no progress line seen yet (step, loss, "
+                    "Trainer dict or tqdm bar)")
+        return (f"possible hang: no progress for {self.idle_seconds:.0f}s ({how} "
+                f"{self.threshold:.0f}s); last progress {self.last.location}: "
+                f"{self.last.text[:160]}")
+
+
+@dataclass(frozen=True)
+class StallChange:
+    """A transition: ``stalled`` (a possible hang was raised) or ``resumed`` (it cleared)."""
+
+    kind: str  # "stalled" | "resumed"
+    status: StallStatus
+    stalled_for: float = 0.0  # for "resumed": how long the stall lasted
+
+
+class StallDetector:
+    """Watches the gaps between progress events and raises a possible hang, once per stall."""
+
+    def __init__(self, stall_after: float | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 floor: float = FLOOR_SECONDS):
+        if stall_after is not None and stall_after <= 0:
+            raise ValueError("stall_after must be positive")
+        self.stall_after = stall_after
+        self.clock = clock
+        self.floor = floor
+        self._marks: deque[ProgressMark] = deque(maxlen=HISTORY)
+        self._intervals: deque[float] = deque(maxlen=HISTORY)
+        self._count = 0
+        self._last_activity = clock()
+        self._stalled_at: float | None = None
+
+    def progress(self, location: str, text: str, step: int | None = None) -> StallChange | None:
+        """A progress event was read now; returns ``resumed`` when it ends a stall."""
+        now = self.clock()
+        if self._marks:
+            prev = self._marks[-1]
+            gap = now - prev.at
+            # events read in the same poll share one clock value, and every rank prints the same
+            # step: neither is an interval between steps
+            same_step = step is not None and step == prev.step
+            if gap > 1e-3 and not same_step:
+                self._intervals.append(gap)
+        self._marks.append(ProgressMark(now, location, text, step))
+        self._count += 1
+        self._last_activity = now
+        return self._resume(now)
+
+    def activity(self) -> StallChange | None:
+        """New log lines were read. Before any progress event they count as progress."""
+        if self._marks:
+            return None
+        now = self.clock()
+        self._last_activity = now
+        return self._resume(now)
+
+    def _resume(self, now: float) -> StallChange | None:
+        if self._stalled_at is None:
+            return None
+        lasted = now - self._stalled_at
+        self._stalled_at = None
+        return StallChange("resumed", self.status(), stalled_for=lasted)
+
+    def intervals(self) -> list[float]:
+        """The recent intervals between progress events (step times), oldest first."""
+        return list(self._intervals)
+
+    def threshold(self) -> tuple[float, bool]:
+        """(seconds, adaptive): --stall-after, else 20x the median interval, else the floor."""
+        if self.stall_after is not None:
+            return self.stall_after, False
+        if len(self._intervals) >= MIN_INTERVALS:
+            median = statistics.median(self._intervals)
+            return max(MIN_ADAPTIVE_SECONDS, ADAPTIVE_FACTOR * median), True
+        return self.floor, False
+
+    def steps_per_second(self) -> float | None:
+        """Step rate over the recent events: from printed step numbers, else events per second."""
+        if len(self._marks) < 2:
+            return None
+        first, last = self._marks[0], self._marks[-1]
+        span = last.at - first.at
+        if span <= 0:
+            return None
+        if first.step is not None and last.step is not None and last.step > first.step:
+            return (last.step - first.step) / span
+        return (len(self._marks) - 1) / span
+
+    def status(self) -> StallStatus:
+        now = self.clock()
+        limit, adaptive = self.threshold()
+        return StallStatus(
+            stalled=self._stalled_at is not None,
+            idle_seconds=max(0.0, now - self._last_activity),
+            threshold=limit,
+            adaptive=adaptive,
+            last=self._marks[-1] if self._marks else None,
+            progress_events=self._count,
+            steps_per_second=self.steps_per_second(),
+        )
+
+    def check(self) -> StallChange | None:
+        """Call periodically: returns ``stalled`` the first time the gap passes the threshold."""
+        if self._stalled_at is not None:
+            return None
+        now = self.clock()
+        limit, _ = self.threshold()
+        if now - self._last_activity < limit:
+            return None
+        self._stalled_at = now
+        return StallChange("stalled", self.status())

@@ -1,0 +1,160 @@
+"""The TUI (dsdoctor/watch/app.py): the stall banner and the progress header, driven by Pilot with
+a hand-moved clock for the stall detector."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.watch.follow import Follower
+
+# Trainer log dicts: the real format of transformers' Trainer (hf-trainer.yaml's samples)
+DICT = ("{'loss': 1.6228, 'grad_norm': 9.305521011352539, 'learning_rate': 4.9424511162240815e-06,"
+        " 'epoch': 0.16}\n")
+
+
+def args() -> AnalysisInputs:
+    return AnalysisInputs()
+
+
+class Clock:
+    now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_stall_banner_appears_and_clears(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    path = tmp_path / "train.log"
+    path.write_text("starting\n" + DICT * 3)
+    clock = Clock()
+    follower = Follower([str(path)], args(), stall_after=30, clock=clock)
+
+    async def wait_for(pilot, cond, what):
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if cond():
+                return
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def scenario():
+        app = WatchApp(follower, poll=0.1)
+        async with app.run_test() as pilot:
+            banner = app.query_one("#stall", Static)
+            await wait_for(pilot, lambda: follower.stall.status().progress_events == 3,
+                           "three progress events")
+            await wait_for(pilot, lambda: "last progress 0s ago" in app.sub_title, "the header")
+            assert not banner.has_class("stalled")
+            clock.now += 31
+            await wait_for(pilot, lambda: banner.has_class("stalled"), "the stall banner")
+            assert banner.display
+            text = str(banner.render())
+            assert "possible hang: no progress for 31s (threshold 30s)" in text
+            assert f"last progress {path}:4" in text
+            assert "POSSIBLE HANG" in app.sub_title
+            with open(path, "a") as fh:
+                fh.write(DICT)
+            await wait_for(pilot, lambda: not banner.has_class("stalled"), "the banner to clear")
+            assert "POSSIBLE HANG" not in app.sub_title
+            # the stall's evidence stays, marked cleared
+            await wait_for(pilot, lambda: "stall cleared" in str(banner.render()), "cleared")
+            assert banner.has_class("cleared")
+            assert f"it was: possible hang: no progress for 31s" in str(banner.render())
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_plots_show_the_loss_and_loss_scale(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    # DeepSpeed step lines (real format, deepspeed-engine.yaml's samples) and Trainer dicts
+    path = tmp_path / "train.log"
+    path.write_text("[2023-01-15 19:09:56,641] [INFO] [logging.py:68:log_dist] [Rank 0] "
+                    "step=2500, skipped=3, lr=[0.05], mom=[(0.9, 0.999)]\n"
+                    + DICT + DICT.replace("1.6228", "1.5"))
+    follower = Follower([str(path)], args())
+
+    async def scenario():
+        app = WatchApp(follower, poll=0.1)
+        async with app.run_test() as pilot:
+            plots = app.query_one("#plots", Static)
+            for _ in range(60):
+                await pilot.pause(0.1)
+                if "loss" in str(plots.render()):
+                    break
+            text = str(plots.render())
+            assert "loss              1.5 █▁" in text, text
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_key_r_says_fix_first_when_the_analysis_explains_the_failure(tmp_path):
+    pytest.importorskip("textual")
+    from dsdoctor.watch.app import WatchApp
+
+    # the launcher's -9 exit, a real line (DeepSpeed#3232)
+    path = tmp_path / "train.log"
+    path.write_text("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] "
+                    "['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with return "
+                    "code = -9\n")
+    out = tmp_path / "issue.md"
+
+    async def scenario():
+        app = WatchApp(Follower([str(path)], args()), poll=0.1)
+        app.report_path = str(out)
+        async with app.run_test() as pilot:
+            await pilot.pause(0.3)
+            await pilot.press("r")
+            for _ in range(300):
+                await pilot.pause(0.1)
+                if app.last_report:
+                    break
+            # a -9 kill is explained (DS106, host RAM) with a fix: triage says fix it first
+            assert app.last_report.startswith("not writing the issue: the analysis explains")
+            assert "DS106" in app.last_report and not out.exists()
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_key_r_writes_the_report_of_a_failure_dsdoctor_cannot_fix(tmp_path):
+    pytest.importorskip("textual")
+    import asyncio
+    import shutil
+
+    from dsdoctor.watch.app import WatchApp
+
+    # both ranks died on a NameError (a real log, DeepSpeed#618): a bug report is what is left
+    path = tmp_path / "train.log"
+    shutil.copy(Path(__file__).parent / "data" / "real_logs_extra"
+                / "negative__ds618-launcher-nameerror-returns-zero.log", path)
+    out = tmp_path / "issue.md"
+
+    async def scenario():
+        app = WatchApp(Follower([str(path)], args()), poll=0.1)
+        app.report_path = str(out)
+        async with app.run_test() as pilot:
+            await pilot.pause(0.3)
+            await pilot.press("r")
+            for _ in range(300):
+                await pilot.pause(0.1)
+                if app.last_report:
+                    break
+            assert app.last_report == f"wrote the issue report to {out}; review it before filing"
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+    assert "NameError" in out.read_text(encoding="utf-8")
