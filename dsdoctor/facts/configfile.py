@@ -22,6 +22,7 @@ from json.decoder import scanstring
 from typing import Any
 
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import read_bounded
 
 #: Deeper than this is not a config, it is an attack or a bug; refuse before recursing further.
 MAX_DEPTH = 100
@@ -351,17 +352,9 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
 # ----------------------------------------------------------------------------------- the loader
 
 def _read_text(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such config file; check the --config path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; give the config file itself") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
-    if len(raw) > MAX_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB, not a config file")
+    # a FIFO or device is refused before reading; the read stops at MAX_BYTES (issue 14, item 4)
+    raw = read_bounded(path, MAX_BYTES, "--config",
+                       "give the DeepSpeed JSON or Accelerate YAML config file itself")
     if b"\x00" in raw:
         line = raw[: raw.index(b"\x00")].count(b"\n") + 1
         raise UsageError(f"{path}:{line}:1: binary data (NUL byte); give a DeepSpeed JSON "

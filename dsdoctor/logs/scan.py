@@ -68,6 +68,7 @@ class Scanner:
             self._scan_stream(log.name, log.stream, log.size, log.compressed, on_event)
         finally:
             log.close()
+        self.notes.extend(log.notes)  # truncated or trailing data, UTF-16 text (reader wrappers)
 
     def result(self) -> ScanResult:
         return ScanResult(

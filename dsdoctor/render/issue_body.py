@@ -414,19 +414,11 @@ def parse_launch(cmd: str, path: str, line: int) -> LaunchCommand:
 
 def read_config(path: str, redactor: Redactor) -> ConfigText:
     """A config file's text for the issue, redacted. Bad input raises UsageError."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory; pass the DeepSpeed JSON or Accelerate YAML file")
-        size = p.stat().st_size
-        if size > _MAX_CONFIG_BYTES:
-            raise UsageError(f"{path}: {size} bytes is too large for a config; pass the DeepSpeed "
-                             "JSON or Accelerate YAML file")
-        raw = p.read_bytes()
-    except UsageError:
-        raise
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+    from dsdoctor.safeio import read_bounded  # noqa: PLC0415
+
+    # a FIFO or device is refused before reading; the read is capped (issue 14, item 4)
+    raw = read_bounded(path, _MAX_CONFIG_BYTES, "--config",
+                       "pass the DeepSpeed JSON or Accelerate YAML file")
     if b"\x00" in raw[:65536]:
         raise UsageError(f"{path}: binary file, not a config; pass the DeepSpeed JSON or "
                          "Accelerate YAML file")
