@@ -126,3 +126,128 @@ def test_analyze_never_prints_a_secret_from_the_log(tmp_path):
         assert proc.returncode in (0, 1), proc.stderr
         assert "return code" in proc.stdout or "cpu-oom" in proc.stdout
         assert token not in proc.stdout
+
+
+# ------------------------------------------------------------------ issue 14: reads and formats
+# Real formats: the DeepSpeed logger line above (test_truncated_gzip...) and the torch OOM line of
+# ms-swift#5943 (tests/test_reader.py).
+STEP = (b"[2023-01-15 19:09:56,641] [INFO] [logging.py:68:log_dist] [Rank 0] step=1, skipped=0, "
+        b"lr=[0.05]\n")
+OOM = b"torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+LOG = STEP + OOM
+
+
+def assert_oom_found(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert "gpu-out-of-memory" in proc.stdout, proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bz2", "lzma", "zstd"])
+def test_compressed_logs_are_read(tmp_path, codec):
+    if codec == "zstd":
+        zstandard = pytest.importorskip("zstandard")
+        blob = zstandard.ZstdCompressor().compress(LOG)
+    else:
+        blob = __import__(codec).compress(LOG)
+    p = tmp_path / f"train.log.{codec}"
+    p.write_bytes(blob)
+    assert_oom_found(run_cli("analyze", str(p)))
+
+
+def test_multi_member_gzip_and_trailing_garbage(tmp_path):
+    p = tmp_path / "train.log.gz"
+    p.write_bytes(gzip.compress(STEP) + gzip.compress(OOM) + b"\x00garbage after the stream")
+    proc = run_cli("analyze", str(p))
+    assert_oom_found(proc)
+    assert "trailing data after the gzip stream ignored" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le",
+                                      "utf-32-be"])
+def test_utf16_and_utf32_logs_are_read(tmp_path, encoding):
+    # PowerShell's "> file" writes UTF-16LE with a BOM; the -le/-be codecs write no BOM
+    p = tmp_path / "train.log"
+    p.write_bytes(LOG.decode().encode(encoding))
+    assert_oom_found(run_cli("analyze", str(p)))
+
+
+def test_nul_runs_of_a_crashed_writer_are_skipped(tmp_path):
+    p = tmp_path / "train.log"
+    p.write_bytes(STEP + b"\x00" * 300_000 + OOM)
+    assert_oom_found(run_cli("analyze", str(p)))
+
+
+def test_random_binary_is_refused(tmp_path):
+    import random
+
+    p = tmp_path / "train.log"
+    p.write_bytes(random.Random(14).randbytes(100_000))
+    assert_one_line_error(run_cli("analyze", str(p)), "does not look like a text log")
+
+
+def test_non_seekable_logs(tmp_path):
+    script = f"{sys.executable} -m dsdoctor analyze <(printf '%s' \"$LOGTEXT\")"
+    env = {**__import__("os").environ, "LOGTEXT": LOG.decode()}
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert_oom_found(proc)
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "analyze", "/dev/stdin"],
+                          input=LOG.decode(), capture_output=True, text=True, timeout=120)
+    assert_oom_found(proc)
+
+
+def test_fifo_without_writer_does_not_hang(tmp_path):
+    import os
+
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    proc = run_cli("analyze", str(fifo))
+    assert proc.returncode == 0, proc.stderr
+    assert "empty log" in proc.stdout
+
+
+@pytest.mark.parametrize("option", ["--config", "--env", "--script", "--model"])
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_fifo_or_device_as_input_file_is_refused_without_reading(tmp_path, option, kind):
+    import os
+
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG)
+    if kind == "fifo":
+        target = str(tmp_path / "in.json")
+        os.mkfifo(target)
+    else:
+        target = "/dev/zero"
+    proc = run_cli("analyze", str(log), option, target)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_device_as_log_is_refused():
+    assert_one_line_error(run_cli("analyze", "/dev/zero"), "device")
+
+
+def test_printed_config_reread_is_bounded(tmp_path):
+    # DeepSpeed prints the user config as "json = {" (runtime/config.py print); a gzip that
+    # inflates to one huge line right after it must not be held in memory whole.
+    import resource
+
+    head = (b"[2023-01-15 19:09:55,100] [INFO] [config.py:1000:print] json = {\n"
+            b'    "train_batch_size": 8, \n')
+    p = tmp_path / "train.log.gz"
+    with gzip.open(p, "wb", compresslevel=1) as gz:
+        gz.write(head)
+        chunk = b"x" * (1 << 20)
+        for _ in range(600):  # 600 MiB without a newline
+            gz.write(chunk)
+        gz.write(b"\n}\n")
+    code = ("import resource, sys; from dsdoctor.facts.logfacts import read_json_block; "
+            f"read_json_block({str(p)!r}, 1); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) < 300_000, f"peak RSS {int(proc.stdout) // 1024} MiB"
+    del resource

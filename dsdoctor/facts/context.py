@@ -20,6 +20,7 @@ from typing import Any
 
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import read_bounded
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Fact, Symptom, TimelinePoint
 
@@ -287,11 +288,10 @@ def build_context(args: Any, scan_result: Any = None) -> Context:
     if scripts:
         from dsdoctor.facts.scriptcheck import check_script
     for path in scripts:
-        try:
-            with open(path, "rb") as fh:
-                ctx.script_sources[path] = fh.read(8 * 1024 * 1024).decode("utf-8", "replace")
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script path") from None
+        # bounded, and a FIFO or device is refused before reading (issue 14, item 4)
+        ctx.script_sources[path] = read_bounded(
+            path, 8 * 1024 * 1024, "--script",
+            "pass the training script (.py) that builds the model").decode("utf-8", "replace")
         ctx.scripts.append(check_script(path))
     if ctx.uses_trainer is None and ctx.scripts:
         ctx.uses_trainer = any(sf.uses_trainer for sf in ctx.scripts)
