@@ -9,6 +9,7 @@ import time
 from dsdoctor.errors import UsageError
 from dsdoctor.cli.options import add_input_options
 from dsdoctor.logs.reader import open_log
+from dsdoctor.safeio import one_line
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +63,14 @@ def run_plain(args: argparse.Namespace) -> int:
         nonlocal worst
         events = tailer.take_events()
         for kind, ev, _ in events:
-            print(f"{ev.location}: {kind}: {red.text(ev.text[:200])}", flush=True)
+            # redact first, then cut, then neutralize: no half token, no control sequence
+            text = one_line(red.text(ev.text))
+            if len(text) > 200:
+                text = text[:199] + "…"
+            print(f"{one_line(ev.location)}: {kind}: {text}", flush=True)
+        for note in tailer.notes:
+            print(f"dsdoctor: note: {one_line(note)}", file=sys.stderr, flush=True)
+        tailer.notes.clear()
         if not events:
             return
         tailer.state = tailer.snapshot()
@@ -71,10 +79,11 @@ def run_plain(args: argparse.Namespace) -> int:
                 seen.add(f.rule)
                 if f.severity == "error":
                     worst = 1
-                print(red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
-                               + (f" -- fix: {f.fix}" if f.fix else "")), flush=True)
+                print(one_line(red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
+                                        + (f" -- fix: {f.fix}" if f.fix else ""))), flush=True)
 
     idle_since = time.monotonic()
+    shown_error = ""
     try:
         while True:
             read = tailer.poll()
@@ -83,7 +92,14 @@ def run_plain(args: argparse.Namespace) -> int:
             else:
                 tailer.tail.flush()
             report()
-            if args.exit_on_idle is not None and time.monotonic() - idle_since >= args.exit_on_idle:
+            error = tailer.state.error
+            if error != shown_error:
+                if error and not error.startswith("waiting for"):
+                    print(f"dsdoctor: warning: {error}", file=sys.stderr, flush=True)
+                shown_error = error
+            # idle means at the end of the file: a backlog is read whole before exiting
+            if not read and args.exit_on_idle is not None and \
+                    time.monotonic() - idle_since >= args.exit_on_idle:
                 tailer.tail.flush(final=True)
                 report()
                 return worst
