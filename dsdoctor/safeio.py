@@ -7,10 +7,10 @@ an ``-o`` pointed at the log itself is handled once, the same way, everywhere.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
-import sys
 from typing import IO
 
 from dsdoctor.errors import UsageError
@@ -19,25 +19,30 @@ from dsdoctor.errors import UsageError
 # terminals that honour 8-bit controls). ESC is C0, so full resets and charset switches go too.
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CONTROL_OR_NEWLINE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Our own colours (SGR: ESC [ digits m) are the only sequence a colour report keeps.
+_SGR_OR_CONTROL_RE = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _escape(m: re.Match[str]) -> str:
-    return f"\\x{ord(m.group()):02x}"
+    # \u00NN reads as what it is on a terminal and is the same character inside a JSON string
+    return f"\\u{ord(m.group()):04x}"
 
 
-def terminal_safe(text: str) -> str:
-    """Text with control characters shown as ``\\xNN`` (newlines and tabs kept)."""
+def _escape_unless_sgr(m: re.Match[str]) -> str:
+    return m.group() if len(m.group()) > 1 else _escape(m)
+
+
+def terminal_safe(text: str, keep_colors: bool = False) -> str:
+    """Text with control characters shown as ``\\u00NN`` (newlines and tabs kept; with
+    ``keep_colors``, SGR colour sequences too)."""
+    if keep_colors:
+        return _SGR_OR_CONTROL_RE.sub(_escape_unless_sgr, text)
     return _CONTROL_RE.sub(_escape, text)
 
 
 def one_line(text: str) -> str:
-    """Text for a one-line message: every control character, newline included, shown as ``\\xNN``."""
-    return _CONTROL_OR_NEWLINE_RE.sub(_escape, text)
-
-
-def json_safe(text: str) -> str:
-    """JSON text with raw C1/DEL characters written as ``\\uNNNN`` escapes (same value)."""
-    return re.sub(r"[\x7f-\x9f]", lambda m: f"\\u{ord(m.group()):04x}", text)
+    """Text for a one-line message: every control character, newline included, escaped."""
+    return _CONTROL_OR_NEWLINE_RE.sub(_escape, str(text))
 
 
 def read_bounded(path: str, limit: int, what: str, hint: str) -> bytes:
@@ -104,29 +109,42 @@ def write_report(path: str, text: str, inputs: list[str], force: bool) -> None:
                          "another --output path")
     try:
         with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
-            fh.write(text)
+            fh.write(terminal_safe(text))
     except OSError as exc:
         raise UsageError(f"{shown}: cannot write ({exc.strerror or exc})") from None
 
 
-def write_stdout(text: str, stream: IO[str] | None = None) -> None:
-    """Write to stdout whatever its encoding; a full or closed stdout is one line, exit 2."""
-    out = stream or sys.stdout
-    try:
-        if out is None:
-            raise OSError("standard output is closed")
-        try:
-            out.write(text)
-        except UnicodeEncodeError:
-            enc = getattr(out, "encoding", None) or "ascii"
-            out.write(text.encode(enc, errors="backslashreplace").decode(enc, errors="replace"))
-        out.flush()
-    except BrokenPipeError:
-        raise
-    except (OSError, ValueError) as exc:
-        msg = getattr(exc, "strerror", None) or str(exc)
-        raise UsageError(f"cannot write the report to standard output ({msg}); use --output "
-                         "FILE") from None
+class SafeStdout:
+    """sys.stdout for the commands: control characters from logs, configs and file names never
+    reach the terminal (our SGR colours excepted), any encoding and lone surrogates are written
+    (backslash escapes), and a closed stdout is an OSError the entry point reports in one line."""
+
+    def __init__(self, stream: IO[str] | None):
+        self._stream = stream
+        if stream is not None and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+    def _target(self) -> IO[str]:
+        if self._stream is None or getattr(self._stream, "closed", False):
+            raise OSError(errno.EBADF, "standard output is closed")
+        return self._stream
+
+    def write(self, text: str) -> int:
+        self._target().write(terminal_safe(text, keep_colors=True))
+        return len(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def isatty(self) -> bool:
+        return self._stream is not None and not getattr(self._stream, "closed", False) and \
+            self._stream.isatty()
+
+    def __getattr__(self, name: str):
+        return getattr(self._target(), name)
 
 
 def input_paths(args: object) -> list[str]:

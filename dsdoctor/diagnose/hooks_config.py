@@ -77,7 +77,7 @@ def _stage(ctx: Context) -> int | None:
     """ZeRO stage as written, or None when unknown ("auto" or not a number)."""
     v = ctx.cfg_get("zero_optimization.stage", 0)
     n = _numlike(v)
-    return int(n) if n is not None else None
+    return int(n) if n is not None and math.isfinite(n) else None  # NaN/Infinity: unknown
 
 
 # ------------------------------------------------------------------------ DS301 duplicate keys

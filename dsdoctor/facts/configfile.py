@@ -206,6 +206,8 @@ class _JsonParser:
         m = _NUMBER.match(text, i)
         if m:
             s = m.group()
+            if len(s) > 4000:  # int() refuses over 4,300 digits (quadratic-time guard)
+                raise self.fail(i, f"a number of {len(s)} digits; a config value is not that long")
             return (float(s) if any(c in s for c in ".eE") else int(s)), m.end()
         for lit, val in _LITERALS.items():
             if text.startswith(lit, i):
@@ -285,6 +287,8 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
 
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise UsageError(f"{file}: nested too deeply; this is not a config file") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
@@ -324,7 +328,10 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
             for knode, vnode in node.value:
                 if not isinstance(knode, yaml.ScalarNode):
                     raise UsageError(f"{kpos(knode)}: a mapping key must be a plain value")
-                key = constructor.construct_object(knode)
+                if knode.tag == "tag:yaml.org,2002:merge":
+                    raise UsageError(f"{kpos(knode)}: YAML merge keys (<<) are not supported; "
+                                     "write the merged keys out in the config")
+                key = scalar(knode)
                 skey = str(key)
                 p = join_path(path, skey)
                 if key in out:
@@ -340,10 +347,20 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
                 positions[p] = kpos(item)
                 items.append(build(item, p, depth + 1))
             return items
+        return scalar(node)
+
+    def scalar(node: Any) -> Any:
+        """A scalar by the safe resolver; bad tags, ``!!int abc``, huge ints are one line."""
         try:
-            return constructor.construct_object(node)
+            value = constructor.construct_object(node)
+            hash(value)
+            return value
         except yaml.YAMLError as exc:
-            raise UsageError(f"{kpos(node)}: {getattr(exc, 'problem', None) or exc}") from None
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UsageError(f"{kpos(node)}: {problem}; a config holds plain values") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise UsageError(f"{kpos(node)}: bad value for tag {node.tag} "
+                             f"({str(exc)[:80]}); fix the value") from None
 
     data = build(root, "", 1)
     return data, positions, duplicates

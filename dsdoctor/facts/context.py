@@ -92,7 +92,7 @@ class Context:
         """ZeRO stage as DeepSpeed reads it (0 when absent or unreadable)."""
         try:
             return int(self.cfg_get("zero_optimization.stage", 0) or 0)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # "auto", NaN, Infinity
             return 0
 
     def acc_get(self, path: str, default: Any = None) -> Any:

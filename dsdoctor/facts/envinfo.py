@@ -612,4 +612,7 @@ def load_snapshot(path: str) -> dict[str, Any]:
                          "with 'dsdoctor env --format json --output FILE'") from None
     except RecursionError:
         raise UsageError(f"{path}: JSON nested too deeply; not an environment snapshot") from None
+    except ValueError as exc:  # an integer over 4,300 digits
+        raise UsageError(f"{path}: invalid JSON ({str(exc)[:80]}); regenerate it with "
+                         "'dsdoctor env --format json --output FILE'") from None
     return validate_snapshot(data, path)

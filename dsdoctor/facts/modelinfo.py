@@ -88,6 +88,9 @@ def load_model_info(path: str | Path) -> ModelInfo:
                          "model's config.json") from None
     except RecursionError:
         raise UsageError(f"{p}: nested too deeply to be a model config") from None
+    except ValueError as exc:  # an integer over 4,300 digits
+        raise UsageError(f"{p}: invalid JSON ({str(exc)[:80]}); pass the model's config.json") \
+            from None
     if not isinstance(cfg, dict):
         raise UsageError(f"{p}: top level is {type(cfg).__name__}, not an object; pass the "
                          "model's config.json")
