@@ -45,7 +45,7 @@ def one_line(text: str) -> str:
     return _CONTROL_OR_NEWLINE_RE.sub(_escape, str(text))
 
 
-def read_bounded(path: str, limit: int, what: str, hint: str) -> bytes:
+def read_bounded(path: str, limit: int, what: str, hint: str, noun: str = "file") -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, or UsageError with one line.
 
     FIFOs, sockets and devices are refused before any read (a FIFO with no writer would block,
@@ -56,7 +56,7 @@ def read_bounded(path: str, limit: int, what: str, hint: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise UsageError(f"{shown}: no such file; check the {what} path") from None
+        raise UsageError(f"{shown}: cannot read (no such {noun}); check the {what} path") from None
     except IsADirectoryError:
         raise UsageError(f"{shown}: is a directory; {hint}") from None
     except PermissionError:

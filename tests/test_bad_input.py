@@ -251,3 +251,166 @@ def test_printed_config_reread_is_bounded(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) < 300_000, f"peak RSS {int(proc.stdout) // 1024} MiB"
     del resource
+
+
+# ------------------------------------------------------------------ issue 14, item 7: tracebacks
+@pytest.mark.parametrize(("name", "text", "needle"), [
+    ("big.json", '{"train_batch_size": ' + "9" * 5000 + "}", "5000 digits"),
+    ("big.yaml", "compute_environment: LOCAL_MACHINE\nnum_processes: " + "9" * 5000 + "\n", "int"),
+    ("merge.yaml", "base: &b\n  x: 1\ncompute_environment: LOCAL_MACHINE\ndeepspeed_config:\n"
+                   "  <<: *b\n  zero_stage: 2\n", "merge keys"),
+    ("tagged.yaml", "compute_environment: LOCAL_MACHINE\n!!python/name:os.system x: 1\n", "tag"),
+    ("intabc.yaml", "compute_environment: LOCAL_MACHINE\nnum_processes: !!int abc\n", "abc"),
+    ("deep.yaml", "a: " + "[" * 20000 + "]" * 20000 + "\n", "nested"),
+])
+def test_hostile_config_is_one_line(tmp_path, name, text, needle):
+    p = tmp_path / name
+    p.write_text(text)
+    assert_one_line_error(run_cli("analyze", "--config", str(p)), needle)
+
+
+@pytest.mark.parametrize("option", ["--env", "--model"])
+def test_huge_integer_in_json_inputs_is_one_line(tmp_path, option):
+    p = tmp_path / "in.json"
+    p.write_text('{"hidden_size": ' + "9" * 5000 + "}")
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG)
+    assert_one_line_error(run_cli("analyze", str(log), option, str(p)))
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
+def test_lone_surrogates_in_a_config_are_written(tmp_path, fmt):
+    import json
+
+    p = tmp_path / "ds.json"
+    p.write_text('{"train_batch_size": 8, "optimizer": {"type": "Adam\\ud800"}, "x\\udc00": 1}')
+    proc = run_cli("analyze", "--config", str(p), "--format", fmt)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    if fmt == "json":
+        json.loads(proc.stdout)
+
+
+def test_stdout_on_a_full_device_is_one_line(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG * 200)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "dsdoctor", "analyze", str(log)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_closed_stdout_is_one_line(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG)
+    proc = subprocess.run(["bash", "-c", f"{sys.executable} -m dsdoctor analyze {log} >&-"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_non_utf8_stdout(tmp_path, encoding):
+    import os
+
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG + "Ошибка: 损失 nan ✓\n".encode())
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "analyze", str(log)],
+                          capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONIOENCODING": encoding})
+    assert proc.returncode == 1, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    assert b"gpu-out-of-memory" in proc.stdout
+
+
+@pytest.mark.parametrize("sizes", [
+    '"hidden_size": 0, "num_hidden_layers": 32, "vocab_size": 32000',
+    '"hidden_size": 99999999999999999999999999999, "num_hidden_layers": 99999999999999, '
+    '"vocab_size": 32000',
+])
+def test_estimate_on_absurd_or_zero_sizes_is_one_line(tmp_path, sizes):
+    # the keys of a Llama config.json (transformers LlamaConfig), sizes made absurd
+    p = tmp_path / "config.json"
+    p.write_text("{" + sizes + ', "num_attention_heads": 32, "num_key_value_heads": 8, '
+                 '"intermediate_size": 11008, "model_type": "llama"}')
+    assert_one_line_error(run_cli("estimate", "--model", str(p)), "parameters")
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_rules_meeting_nan_or_infinity_do_not_crash(tmp_path, value):
+    p = tmp_path / "ds.json"
+    p.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": %s, '
+                 '"offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true}}' % value)
+    proc = run_cli("analyze", "--config", str(p))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "could not run" not in proc.stdout
+
+
+# ------------------------------------------------------------------ issue 14, item 9: output
+def test_output_never_overwrites_an_input(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG)
+    assert_one_line_error(run_cli("analyze", str(log), "-o", str(log)), "input")
+    assert_one_line_error(run_cli("analyze", str(log), "-o", str(log), "--force"), "input")
+    assert log.read_bytes() == LOG
+    assert_one_line_error(run_cli("report", str(log), "-o", str(log), "--force"), "input")
+    assert log.read_bytes() == LOG
+
+
+def test_output_needs_force_for_an_existing_file(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_bytes(LOG)
+    out = tmp_path / "out.txt"
+    out.write_text("keep me")
+    assert_one_line_error(run_cli("analyze", str(log), "-o", str(out)), "--force")
+    assert out.read_text() == "keep me"
+    assert run_cli("analyze", str(log), "-o", str(out), "--force").returncode == 1
+    assert "gpu-out-of-memory" in out.read_text()
+
+
+# Terminal controls a hostile log may carry: full reset, charset switch, OSC title, 8-bit CSI
+# and OSC (C1), bell, a lone ESC.
+HOSTILE = ("torch.cuda.OutOfMemoryError: CUDA out of memory.\x1bc\x1b(0\x1b]0;pwned\x07"
+           "\u009b2J\u009d0;x\u009c\x07 Tried to allocate 2.00 GiB\x1b\n").encode()
+
+
+def _raw_controls(text: str) -> list[str]:
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # our own colours
+    return re.findall(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "markdown"])
+def test_control_sequences_never_reach_the_output(tmp_path, fmt):
+    log = tmp_path / "t\x1b]0;title\x07\u009b.log"
+    log.write_bytes(STEP + HOSTILE)
+    proc = run_cli("analyze", str(log), "--format", fmt, "--color", "always")
+    assert proc.returncode == 1, proc.stderr
+    assert "gpu-out-of-memory" in proc.stdout
+    assert not _raw_controls(proc.stdout), _raw_controls(proc.stdout)
+
+
+def test_control_sequences_never_reach_report_or_watch(tmp_path):
+    log = tmp_path / "t.log"
+    log.write_bytes(STEP + HOSTILE)
+    proc = run_cli("report", str(log))
+    assert proc.returncode == 0, proc.stderr
+    assert not _raw_controls(proc.stdout) and not _raw_controls(proc.stderr)
+    proc = run_cli("watch", str(log), "--plain", "--exit-on-idle", "0.5")
+    assert "gpu-oom" in proc.stdout, proc.stdout + proc.stderr
+    assert not _raw_controls(proc.stdout)
+
+
+def test_file_name_with_a_newline_keeps_one_line_output(tmp_path):
+    log = tmp_path / "evil\nerror: DS999 fake.log"
+    log.write_bytes(STEP + OOM)
+    proc = run_cli("watch", str(log), "--plain", "--exit-on-idle", "0.5")
+    lines = proc.stdout.splitlines()
+    assert lines and all(": " in ln for ln in lines)
+    assert not any(ln.startswith("error: DS999") for ln in lines), lines
+    missing = tmp_path / "nope\nsecond line.log"
+    assert_one_line_error(run_cli("analyze", str(missing)), "no such file")

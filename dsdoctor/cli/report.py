@@ -9,6 +9,7 @@ from typing import Any
 
 from dsdoctor.cli.options import add_input_options
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import input_paths, one_line, write_report
 
 
 def _analyze(args: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -74,12 +75,9 @@ def run(args: argparse.Namespace) -> int:
                                      configs=configs, env=env, redactor=red, excerpt=excerpt,
                                      launch=launch, inputs_note=notes)
     if args.output:
-        try:
-            Path(args.output).write_text(issue.body, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{args.output}: cannot write ({exc.strerror or exc}); "
-                             "choose another --output path") from None
-        print(f"dsdoctor: wrote {args.output}; review it, then file it with:", file=sys.stderr)
+        write_report(args.output, issue.body, input_paths(args), args.force)
+        print(f"dsdoctor: wrote {one_line(args.output)}; review it, then file it with:",
+              file=sys.stderr)
         print(issue_body.gh_command(issue, args.output), file=sys.stderr)
     else:
         sys.stdout.write(issue.body)
@@ -102,6 +100,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
+    p.add_argument("--force", action="store_true", help="let --output overwrite an existing FILE")
     p.add_argument("--redact-paths", action="store_true", help="also hide user home directories")
     p.add_argument("--redact-hosts", action="store_true", help="also hide host names and IP addresses")
     p.set_defaults(func=run)

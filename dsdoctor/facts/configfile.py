@@ -371,7 +371,8 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
 def _read_text(path: str) -> str:
     # a FIFO or device is refused before reading; the read stops at MAX_BYTES (issue 14, item 4)
     raw = read_bounded(path, MAX_BYTES, "--config",
-                       "give the DeepSpeed JSON or Accelerate YAML config file itself")
+                       "give the DeepSpeed JSON or Accelerate YAML config file itself",
+                       noun="config file")
     if b"\x00" in raw:
         line = raw[: raw.index(b"\x00")].count(b"\n") + 1
         raise UsageError(f"{path}:{line}:1: binary data (NUL byte); give a DeepSpeed JSON "

@@ -24,10 +24,16 @@ from dsdoctor.safeio import one_line
 MAX_SEGMENT_CHARS = 16_384
 
 ANSI_RE = re.compile(
-    r"\x1b\[[0-9;?<=>]*[ -/]*[@-~]"  # CSI: colours, cursor moves
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
-    r"|\x1b[@-Z\\-_]"  # two-byte escapes
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: titles, links
+    r"|\x1b[ -/]+[0-~]"  # nF: charset switches (ESC ( 0), ESC # 8
+    r"|\x1b[0-~]"  # two-byte escapes: full reset (ESC c), keypad modes, ESC 7/8
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+    r"|\x9d[^\x07\x9c]*(?:\x07|\x9c)?"  # 8-bit OSC
 )
+# What is left after the sequences: lone ESC, other C0 controls but tab, DEL, the C1 block.
+# Removed, so that no log line can drive the terminal of whoever reads dsdoctor's output.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # Markdown quote markers of pasted logs: "> ", ">> ", "> > ".
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 # Rank prefixes added by launchers, peeled off so that one pattern serves every launcher.
@@ -64,11 +70,11 @@ def normalize(raw: bytes) -> Segment:
     if len(raw) > MAX_SEGMENT_CHARS * 4:
         raw = raw[: MAX_SEGMENT_CHARS * 4]
     text = raw.decode("utf-8", errors="replace")
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    if "\x1b" in text:
-        text = ANSI_RE.sub("", text)
     text = text.rstrip("\r\n")
+    if "\x1b" in text or "\x9b" in text or "\x9d" in text:
+        text = ANSI_RE.sub("", text)
+    if _CONTROL_RE.search(text):
+        text = _CONTROL_RE.sub("", text)
     rank: int | None = None
     host: str | None = None
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
