@@ -118,3 +118,15 @@ def test_watch_plain_survives_the_path_turning_into_a_directory(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.count(": fp16-overflow:") == 1
     assert "is a directory" in proc.stderr
+
+
+def test_watch_refuses_a_fifo_and_a_utf16_log_in_one_line(tmp_path):
+    fifo = tmp_path / "pipe.log"
+    os.mkfifo(fifo)
+    utf16 = tmp_path / "ps.log"
+    utf16.write_bytes(OVERFLOW.encode("utf-16"))
+    for path in (fifo, utf16):
+        proc = subprocess.run([sys.executable, "-m", "dsdoctor", "watch", str(path), "--plain",
+                               "--exit-on-idle", "0"], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

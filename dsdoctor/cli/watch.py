@@ -35,7 +35,13 @@ def run(args: argparse.Namespace) -> int:
     log = open_log(args.log)
     log.close()
     if log.compressed:
-        raise UsageError(f"{args.log}: cannot follow a compressed log; use 'dsdoctor analyze'")
+        raise UsageError(f"{log.name}: cannot follow a compressed log; use 'dsdoctor analyze'")
+    if log.encoding:
+        raise UsageError(f"{log.name}: cannot follow a {log.encoding.upper()} log; use "
+                         "'dsdoctor analyze'")
+    if log.size is None:
+        raise UsageError(f"{log.name}: not a regular file (a pipe?); watch follows a log file, "
+                         "'dsdoctor analyze' reads a pipe")
     from dsdoctor.diagnose.pipeline import evaluate  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 

@@ -114,6 +114,7 @@ class OpenedLog:
     stream: BinaryIO
     size: int | None  # bytes on disk (compressed size when compressed), None for pipes and stdin
     compressed: bool
+    encoding: str | None = None  # "utf-16" etc. when transcoded to UTF-8
     notes: list[str] = field(default_factory=list)  # what the wrappers had to drop, for the report
     _file: BinaryIO | None = None  # the file this opened (never standard input)
 
@@ -189,7 +190,7 @@ def open_log(path: str) -> OpenedLog:
         name = one_line(path)
         fh, size = _open_file(path)
         owned = fh
-    log = OpenedLog(name, fh, size, False, [], owned)
+    log = OpenedLog(name, fh, size, False, None, [], owned)
     try:
         magic = read_up_to(fh, 8)
         stream: BinaryIO = io.BufferedReader(Chained(magic, fh))
@@ -208,6 +209,7 @@ def open_log(path: str) -> OpenedLog:
         if encoding:
             stream = io.BufferedReader(Transcoded(encoding, Chained(head, stream)), 1 << 20)
             head = read_up_to(stream, 65536)
+            log.encoding = encoding
             log.notes.append(f"{name}: {encoding.upper()} text, read as such")
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)

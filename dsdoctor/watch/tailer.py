@@ -103,7 +103,9 @@ class Tailer:
     def _open_current(self) -> bool:
         """Open the path (again); False with ``error`` set when it cannot be followed now."""
         try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - kept open across polls on purpose
+            # non-blocking open: a FIFO put at the path must not hang the watcher
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            fh = os.fdopen(fd, "rb")
         except FileNotFoundError:
             self._set_error(f"waiting for {self.path}")
             return False
