@@ -34,6 +34,8 @@ ANSI_RE = re.compile(
 # What is left after the sequences: lone ESC, other C0 controls but tab, DEL, the C1 block.
 # Removed, so that no log line can drive the terminal of whoever reads dsdoctor's output.
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# What random or compressed bytes decode to, and a text log rarely holds.
+_BINARY_CHAR_RE = re.compile(r"[\ufffd\x01-\x08\x0e-\x1a\x1c-\x1f]")
 # Markdown quote markers of pasted logs: "> ", ">> ", "> > ".
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 # Rank prefixes added by launchers, peeled off so that one pattern serves every launcher.
@@ -142,8 +144,7 @@ def _sniff(path: str, head: bytes) -> None:
         raise UsageError(f"{path}: only NUL bytes at its start, not a text log; pass the "
                          "training log")
     decoded = text.decode("utf-8", errors="replace")
-    bad = sum(1 for c in decoded if c == "\ufffd" or c < "\t" or "\r" < c < "\x1b"
-              or "\x1b" < c < " ")
+    bad = len(_BINARY_CHAR_RE.findall(decoded))
     # Random or compressed bytes are mostly invalid UTF-8; a log with a few latin-1 bytes is not.
     if bad > 0.1 * len(decoded):
         raise UsageError(
