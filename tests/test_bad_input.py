@@ -414,3 +414,13 @@ def test_file_name_with_a_newline_keeps_one_line_output(tmp_path):
     assert not any(ln.startswith("error: DS999") for ln in lines), lines
     missing = tmp_path / "nope\nsecond line.log"
     assert_one_line_error(run_cli("analyze", str(missing)), "no such file")
+
+
+def test_report_on_a_fifo_without_writer_does_not_hang(tmp_path):
+    import os
+
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    proc = run_cli("report", str(fifo))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
