@@ -424,3 +424,17 @@ def test_report_on_a_fifo_without_writer_does_not_hang(tmp_path):
     proc = run_cli("report", str(fifo))
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("codec", ["bz2", "lzma", "zstd"])
+def test_cut_or_padded_compressed_logs_are_read_with_a_note(tmp_path, codec):
+    if codec == "zstd":
+        zstandard = pytest.importorskip("zstandard")
+        compress = zstandard.ZstdCompressor().compress
+    else:
+        compress = __import__(codec).compress
+    p = tmp_path / "train.log.z"
+    p.write_bytes(compress(LOG * 3000) + b"garbage after the stream")
+    proc = run_cli("analyze", str(p))
+    assert_oom_found(proc)
+    assert "trailing data after the" in " ".join(proc.stdout.split())

@@ -58,24 +58,28 @@ class Chained(io.RawIOBase):
         super().close()
 
 
-def _zstd_reader(inner: BinaryIO):
-    """A bounded reader of a zstd stream, or None when no zstd module is installed."""
+#: Compressed bytes given to a zstd decompressor at once. zstandard's decompressobj has no
+#: output limit; a 128 KiB block can be a 4-byte RLE block, so 512 bytes in give at most 16 MiB.
+ZSTD_INPUT_BYTES = 512
+
+
+def _zstd_decompressor():
+    """A zstd decompressor (eof, unused_data), or None when no zstd module is installed."""
     try:
         from compression import zstd  # type: ignore[import-not-found]  # noqa: PLC0415 - 3.14+
 
-        return zstd.ZstdFile(inner)
+        return zstd.ZstdDecompressor()
     except ImportError:
         pass
     try:
-        import zstandard  # noqa: PLC0415 - optional wheel
+        import zstandard  # noqa: PLC0415 - a dependency; absent in odd installs
     except ImportError:
         return None
-    return zstandard.ZstdDecompressor().stream_reader(inner, read_across_frames=True,
-                                                      closefd=False)
+    return zstandard.ZstdDecompressor().decompressobj()
 
 
 def zstd_available() -> bool:
-    return _zstd_reader(io.BytesIO(b"")) is not None
+    return _zstd_decompressor() is not None
 
 
 def _new_decompressor(kind: str):
@@ -83,7 +87,9 @@ def _new_decompressor(kind: str):
         return zlib.decompressobj(wbits=31)
     if kind == "bz2":
         return bz2.BZ2Decompressor()
-    return lzma.LZMADecompressor()
+    if kind == "xz":
+        return lzma.LZMADecompressor()
+    return _zstd_decompressor()
 
 
 class Decompressed(io.RawIOBase):
@@ -99,8 +105,9 @@ class Decompressed(io.RawIOBase):
         self._inner = inner
         self._name = name
         self._notes = notes
-        self._zstd = _zstd_reader(inner) if kind == "zstd" else None
-        self._dec = None if kind == "zstd" else _new_decompressor(kind)
+        self._dec = _new_decompressor(kind)
+        # compression.zstd (3.14) takes max_length like bz2/lzma; zstandard's object does not
+        self._limited = kind != "gzip" and hasattr(self._dec, "needs_input")
         self._pending = b""  # compressed input not yet given to the decompressor
         self._out = b""
         self._done = False
@@ -137,13 +144,14 @@ class Decompressed(io.RawIOBase):
 
     def _step(self) -> None:
         dec = self._dec
-        held = self.kind != "gzip" and not dec.eof and not dec.needs_input
+        held = self._limited and not dec.eof and not dec.needs_input
         if held:
             data = b""  # output held back by max_length: ask for it without new input
         elif self._pending:
             data, self._pending = self._pending, b""
         else:
-            data = self._inner.read(PIECE_BYTES)
+            data = self._inner.read(PIECE_BYTES if self._limited or self.kind == "gzip"
+                                    else ZSTD_INPUT_BYTES)
             if not data:
                 if not self._fed:
                     self._done = True  # ended on a member boundary (after NUL padding)
@@ -153,8 +161,11 @@ class Decompressed(io.RawIOBase):
                 return
         self._fed = self._fed or bool(data)
         try:
-            self._out = dec.decompress(data, PIECE_BYTES)
-        except (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError) as exc:
+            if self.kind == "gzip" or self._limited:
+                self._out = dec.decompress(data, PIECE_BYTES)
+            else:
+                self._out = dec.decompress(data)
+        except Exception as exc:  # noqa: BLE001 - zlib.error, LZMAError, ZstdError...
             self._stop(f"corrupt {self.kind} data after {self.produced:,} bytes ({exc}); "
                        "analyzed what was readable", exc)
             return
@@ -164,16 +175,7 @@ class Decompressed(io.RawIOBase):
             self._member_end(dec.unused_data)
 
     def readinto(self, b) -> int:  # type: ignore[override]
-        if self._zstd is not None:
-            try:
-                n = self._zstd.readinto(b)
-            except Exception as exc:  # noqa: BLE001 - zstandard.ZstdError and friends
-                self._stop(f"corrupt or truncated zstd data after {self.produced:,} bytes "
-                           f"({exc}); analyzed what was readable", exc)
-                return 0
-            self.produced += n
-            return n
-        if self.kind == "zstd":
+        if self._dec is None:
             raise OSError("a zstd log needs the 'zstandard' package (pip install zstandard) or "
                           "Python 3.14; or decompress it with 'zstd -d'")
         # fill the whole request (the scanner asks for 8 MiB): fewer, larger chunks downstream
@@ -186,8 +188,8 @@ class Decompressed(io.RawIOBase):
                 self._step()
                 continue
             k = min(len(view) - n, len(self._out))
-            view[n:n + k] = self._out[:k]
-            self._out = self._out[k:] if k < len(self._out) else b""
+            view[n:n + k] = memoryview(self._out)[:k]
+            self._out = self._out[k:] if k < len(self._out) else b""  # copies only a remainder
             n += k
             self.produced += k  # notes written by _step count what was handed out so far
         return n
