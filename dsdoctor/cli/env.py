@@ -9,7 +9,6 @@ import argparse
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from dsdoctor.errors import UsageError

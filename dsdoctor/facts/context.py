@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
-from dsdoctor.errors import UsageError
 from dsdoctor.safeio import read_bounded
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Fact, Symptom, TimelinePoint
