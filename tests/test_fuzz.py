@@ -1,18 +1,26 @@
 """Property tests: random bytes and mutated real logs never make the reader or parsers raise,
-and both prefilter engines always agree."""
+and both prefilter engines always agree.
+
+The example budget is small by default (the suite stays fast); set DSDOCTOR_FUZZ_EXAMPLES
+(e.g. 100000) for a long fuzzing run of the readers and config loaders."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
+import lzma
+import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsdoctor.errors import UsageError
 from dsdoctor.logs.formats import load_patterns
 from dsdoctor.logs.prefilter import hyperscan_available
-from dsdoctor.logs.reader import normalize
+from dsdoctor.logs.reader import normalize, open_log
 from dsdoctor.logs.scan import Scanner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,3 +88,100 @@ def test_engines_agree_on_every_real_log():
         assert a.symptoms == b.symptoms
         assert a.timeline == b.timeline
         assert a.facts == b.facts
+
+
+# ------------------------------------------------------------ readers and loaders (issue 14)
+FUZZ = int(os.environ.get("DSDOCTOR_FUZZ_EXAMPLES", "0") or 0)
+
+
+def _budget(default: int) -> settings:
+    return settings(max_examples=FUZZ or default, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
+
+
+_WRAP = {"plain": lambda b: b, "gzip": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress,
+         "utf16": lambda b: b.decode("utf-8", "replace").encode("utf-16"),
+         "cut-gzip": lambda b: gzip.compress(b)[: max(len(gzip.compress(b)) // 2, 3)],
+         "gzip+junk": lambda b: gzip.compress(b) + b"junk\x00\xff"}
+
+
+@_budget(60)
+@given(st.one_of(st.binary(max_size=4096), mutated_logs()), st.sampled_from(sorted(_WRAP)))
+def test_open_log_is_a_stream_or_one_usage_error(tmp_path_factory, data, wrap):
+    p = tmp_path_factory.mktemp("fuzz") / "train.log"
+    p.write_bytes(_WRAP[wrap](data[:20000]))
+    s = Scanner(PATTERNS, engine="python")
+    try:
+        s.scan_path(str(p))
+    except UsageError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert s.files[0].path.endswith("train.log")
+
+
+_JSONISH = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
+              st.text(max_size=20)),
+    lambda kids: st.one_of(st.lists(kids, max_size=4),
+                           st.dictionaries(st.text(max_size=10), kids, max_size=4)),
+    max_leaves=20)
+
+
+@st.composite
+def config_texts(draw):
+    import json
+
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return json.dumps(draw(st.dictionaries(st.text(max_size=12), _JSONISH, max_size=6)))
+    if kind == 1:  # YAML-ish lines with tags, anchors, merges, odd scalars
+        atoms = st.sampled_from(["a: 1", "b: &x {c: 2}", "<<: *x", "!!int abc", "? !!str k\n: v",
+                                 "- [", "]]]", "num_processes: " + "9" * 50, "zero_stage: .nan",
+                                 "!!python/object:os.system", "deepspeed_config:", "  x: y",
+                                 "compute_environment: LOCAL_MACHINE", "\t", "k: \"\\ud800\""])
+        return "\n".join(draw(st.lists(atoms, max_size=12)))
+    if kind == 2:
+        return draw(st.text(max_size=400))
+    base = '{"zero_optimization": {"stage": 3}, "fp16": {"enabled": true}}'
+    pos = draw(st.integers(0, len(base)))
+    return base[:pos] + draw(st.text(max_size=30)) + base[pos:]
+
+
+@_budget(150)
+@given(config_texts(), st.sampled_from(["ds.json", "accelerate.yaml"]))
+def test_config_loader_is_a_config_or_one_usage_error(tmp_path_factory, text, name):
+    from dsdoctor.facts.configfile import load_config
+
+    p = tmp_path_factory.mktemp("cfg") / name
+    p.write_bytes(text.encode("utf-8", "surrogatepass"))
+    try:
+        load_config(str(p))
+    except UsageError as exc:
+        assert "\n" not in str(exc).strip()
+
+
+@_budget(80)
+@given(config_texts())
+def test_snapshot_loader_is_a_snapshot_or_one_usage_error(tmp_path_factory, text):
+    from dsdoctor.facts.envinfo import load_snapshot
+
+    p = tmp_path_factory.mktemp("env") / "env.json"
+    p.write_bytes(text.encode("utf-8", "surrogatepass"))
+    try:
+        load_snapshot(str(p))
+    except UsageError:
+        pass
+
+
+@_budget(200)
+@given(st.text(max_size=300))
+def test_terminal_safe_leaves_no_control_character(text):
+    import re
+
+    from dsdoctor.safeio import one_line, terminal_safe
+
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", terminal_safe(text))
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f]", one_line(text))
+    assert not re.search(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]", normalize(text.encode("utf-8",
+                                                                                   "replace")).text)

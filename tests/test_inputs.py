@@ -52,11 +52,12 @@ def test_each_config_is_read_once_until_it_changes(tmp_path):
     first = build_context(inp)
     second = build_context(inp)  # watch's refresh, report's second look
     assert first.ds is second.ds
-    assert cache_stats() == {"loads": 1, "hits": 1}
+    # two loads: the file's bytes and their parse (report quotes the same bytes); then one hit
+    assert cache_stats() == {"loads": 2, "hits": 1}
     cfg.write_text(json.dumps({"zero_optimization": {"stage": 3}}, indent=2))
     os.utime(cfg, ns=(1, 1))  # a different mtime even on a coarse clock
     third = build_context(inp)
-    assert third.run.zero_stage.value == 3 and cache_stats()["loads"] == 2
+    assert third.run.zero_stage.value == 3 and cache_stats()["loads"] == 4
 
 
 def test_a_failing_load_is_not_cached(tmp_path):
@@ -91,4 +92,4 @@ def test_watch_refreshes_do_not_reread_unchanged_inputs(tmp_path):
         tailer.poll()
         assert tailer.snapshot().error == ""
     # config, script bytes, launch commands: parsed once, then four cache hits each
-    assert cache_stats() == {"loads": 3, "hits": 12}
+    assert cache_stats() == {"loads": 4, "hits": 12}  # the config's bytes are one more load

@@ -57,3 +57,31 @@ def test_huge_segment_is_capped() -> None:
 )
 def test_rank_from_filename(name: str, rank: int | None) -> None:
     assert rank_from_filename(name) == rank
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (b"loss\x1bc nan", "loss nan"),  # full reset (RIS)
+        (b"a\x1b(0b\x1b)Bc", "abc"),  # charset switches (nF)
+        (b"\x1b]0;title\x07step", "step"),  # OSC window title
+        (b"\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),  # OSC 8 hyperlink
+        ("\u009b2Jx\u009d0;t\u009cy\u0085z".encode(), "xyz"),  # 8-bit CSI, OSC, NEL (C1)
+        (b"bell\x07 del\x7f lone esc\x1b", "bell del lone esc"),
+        (b"tab\tkept", "tab\tkept"),
+    ],
+)
+def test_terminal_controls_are_removed(raw: bytes, text: str) -> None:
+    assert normalize(raw).text == text
+
+
+def test_read_line_capped_and_skip_lines() -> None:
+    import io
+
+    from dsdoctor.logs.reader import read_line_capped, skip_lines
+
+    stream = io.BufferedReader(io.BytesIO(b"a\n" * 5 + b"x" * 1000 + b"\nlast\n"))
+    rest = skip_lines(stream, 5)
+    assert read_line_capped(rest, 10) == b"x" * 10 + b"\n"  # the rest of the long line skipped
+    assert read_line_capped(rest, 10) == b"last\n"
+    assert read_line_capped(rest, 10) == b""

@@ -35,7 +35,8 @@ def _report(tmp_path: Path, *flags: str) -> str:
     log.write_text("\n".join(LOG) + "\n", encoding="utf-8")
     out = tmp_path / "issue.md"
     with contextlib.redirect_stderr(io.StringIO()):
-        assert main(["report", str(log), "-o", str(out), *flags]) == 0
+        # --force: -o overwrites the body of an earlier call in this test
+        assert main(["report", str(log), "-o", str(out), "--force", *flags]) == 0
     return out.read_text(encoding="utf-8")
 
 

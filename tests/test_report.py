@@ -459,7 +459,7 @@ def test_cli_anchors_on_the_strongest_evidence_and_survives_a_broken_analysis(
         raise KeyError("rule bug")
 
     monkeypatch.setattr(dsdoctor.cli.report, "_run_pipeline", broken)
-    assert main(["report", str(log), "-o", str(out)]) == 0
+    assert main(["report", str(log), "-o", str(out), "--force"]) == 0  # -o exists: --force
     err = capsys.readouterr().err
     assert "warning: analysis failed (KeyError" in err
     body = out.read_text()

@@ -8,6 +8,7 @@ import sys
 
 from dsdoctor.errors import UsageError
 from dsdoctor.cli.options import add_input_options, inputs_from
+from dsdoctor.safeio import input_paths, write_report
 from dsdoctor.diagnose.pipeline import analyze
 from dsdoctor.render.analysis import render
 
@@ -36,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_input_options(p)
     p.add_argument("--fix-out", metavar="FILE",
                    help="write a copy of the config with the safe fixes applied to FILE")
-    p.add_argument("--force", action="store_true", help="let --fix-out overwrite FILE")
+    p.add_argument("--force", action="store_true",
+                   help="let --fix-out and --output overwrite an existing FILE")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
@@ -69,11 +71,8 @@ def run(args: argparse.Namespace) -> int:
     text = render(report, args.format, color=_use_color(args),
                   verbose=getattr(args, "verbose", False))
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise UsageError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
+        # never over an input (the log itself); another existing file only with --force
+        write_report(args.output, text, input_paths(args), args.force)
     else:
         sys.stdout.write(text)
     return report.exit_code

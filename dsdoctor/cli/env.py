@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from dsdoctor.errors import UsageError
@@ -299,12 +298,10 @@ def run(args: argparse.Namespace) -> int:
             buf = io.StringIO()
             render_text(snap, file=buf)
             text = buf.getvalue()
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{args.output}: cannot write ({exc.strerror or exc}); "
-                             "choose another --output path") from None
-        print(f"dsdoctor: wrote {args.output}", file=sys.stderr)
+        from dsdoctor.safeio import one_line, write_report  # noqa: PLC0415
+
+        write_report(args.output, text, [], args.force)
+        print(f"dsdoctor: wrote {one_line(args.output)}", file=sys.stderr)
     elif text is None:
         render_text(snap)
     else:
@@ -321,6 +318,7 @@ def register(subparsers: Any) -> None:
         "(secrets redacted). Save --format json and pass it to 'analyze --env'.")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--force", action="store_true", help="let --output overwrite an existing FILE")
     p.add_argument("--no-ops", action="store_true",
                    help="skip DeepSpeed's op compatibility report (the slowest probe, ~2 s)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",

@@ -52,6 +52,8 @@ def _count(text: str, flag: str) -> int:
 def _inputs(args: argparse.Namespace) -> tuple[int, int, str]:
     if args.gpus < 1 or args.nodes < 1:
         raise UsageError("--gpus and --nodes must be at least 1")
+    if args.gpus > 1_000_000 or args.nodes > 1_000_000:
+        raise UsageError("--gpus and --nodes must be at most 1,000,000")
     if not 1.0 <= args.buffer_factor <= 10.0:
         raise UsageError("--buffer-factor must be between 1 and 10 (DeepSpeed uses 1.5)")
     if args.model and args.params:
@@ -70,6 +72,11 @@ def _inputs(args: argparse.Namespace) -> tuple[int, int, str]:
         raise UsageError(f"{info.path}: no parameter formula for model_type "
                          f"{info.model_type!r} (known: {', '.join(SUPPORTED_MODEL_TYPES)}); "
                          "pass --params N --largest-layer N instead")
+    if not 1 <= info.params.total <= 1e15 or not 1 <= info.params.largest_layer <= 1e15:
+        # hidden_size 0, 1e300 or 30 digits: a formula result no model has (issue 14, item 7)
+        raise UsageError(f"{info.path}: its sizes give {info.params.total:.3g} parameters, not "
+                         "between 1 and 1e15; check hidden_size, num_hidden_layers and "
+                         "vocab_size, or pass --params N --largest-layer N")
     largest = (_count(args.largest_layer, "--largest-layer") if args.largest_layer
                else info.params.largest_layer)
     label = (f"{info.path} ({info.architecture or info.model_type}, {info.params.total:,} "

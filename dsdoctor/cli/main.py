@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import SafeStdout, one_line
 
 # Modules exposing ``register(subparsers)``, in the order ``--help`` lists them.
 COMMAND_MODULES = (
@@ -48,12 +50,37 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    real_stdout = sys.stdout
+    if not isinstance(real_stdout, SafeStdout):
+        sys.stdout = SafeStdout(real_stdout)  # type: ignore[assignment]
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full device fails here, not at interpreter exit
+        return code
     except UsageError as exc:
-        print(f"dsdoctor: error: {exc}", file=sys.stderr)
+        print(f"dsdoctor: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except OSError as exc:  # stdout on a full device or closed; a file that vanished mid-read
+        _silence_stdout()
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"dsdoctor: error: cannot write or read {one_line(where) or 'the output: '}"
+              f"{exc.strerror or exc} (a full disk, a closed stdout?); use --output FILE",
+              file=sys.stderr)
+        return 2
+    finally:
+        sys.stdout = real_stdout
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null so the interpreter's final flush cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass

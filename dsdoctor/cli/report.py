@@ -10,6 +10,7 @@ from typing import Any
 
 from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import input_paths, one_line, write_report
 
 
 def _run_pipeline(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -154,12 +155,9 @@ def run(args: argparse.Namespace) -> int:
               "remains, write the issue with --force.", file=sys.stderr)
         return 1
     if args.output:
-        try:
-            Path(args.output).write_text(issue.body, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{args.output}: cannot write ({exc.strerror or exc}); "
-                             "choose another --output path") from None
-        print(f"dsdoctor: wrote {args.output}; review it, then file it with:", file=sys.stderr)
+        write_report(args.output, issue.body, input_paths(args), args.force)
+        print(f"dsdoctor: wrote {one_line(args.output)}; review it, then file it with:",
+              file=sys.stderr)
         print(issue_body.gh_command(issue, args.output), file=sys.stderr)
     else:
         sys.stdout.write(issue.body)
@@ -193,7 +191,8 @@ def register(subparsers: Any) -> None:
                    help="whose issue template to follow (default: deepspeed)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
     p.add_argument("--force", action="store_true",
-                   help="write the issue even when the analysis explains the failure with a fix")
+                   help="write the issue even when the analysis explains the failure with a fix, "
+                   "and let --output overwrite an existing FILE")
     p.add_argument("--keep-paths", action="store_true",
                    help="keep user names and home paths (default: /home/<user>/...)")
     p.add_argument("--keep-hosts", action="store_true",

@@ -82,7 +82,13 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
         log = open_log(path)
         log.close()
         if log.compressed:
-            raise UsageError(f"{path}: cannot follow a compressed log; use 'dsdoctor analyze'")
+            raise UsageError(f"{log.name}: cannot follow a compressed log; use 'dsdoctor analyze'")
+        if log.encoding:
+            raise UsageError(f"{log.name}: cannot follow a {log.encoding.upper()} log; use "
+                             "'dsdoctor analyze'")
+        if log.size is None:
+            raise UsageError(f"{log.name}: not a regular file (a pipe?); watch follows a log file, "
+                             "'dsdoctor analyze' reads a pipe")
     if args.pid is not None and args.cmd:
         raise UsageError("--pid attaches to a running job and '-- CMD' launches one: give one")
     if args.pid is not None:

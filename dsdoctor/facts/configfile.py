@@ -14,6 +14,7 @@ through PyYAML's ``SafeLoader`` node composer only. Bad input raises
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import os
 import re
@@ -22,6 +23,8 @@ from json.decoder import scanstring
 from typing import Any
 
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.inputs import cached
+from dsdoctor.safeio import read_bounded
 
 #: Deeper than this is not a config, it is an attack or a bug; refuse before recursing further.
 MAX_DEPTH = 100
@@ -205,6 +208,8 @@ class _JsonParser:
         m = _NUMBER.match(text, i)
         if m:
             s = m.group()
+            if len(s) > 4000:  # int() refuses over 4,300 digits (quadratic-time guard)
+                raise self.fail(i, f"a number of {len(s)} digits; a config value is not that long")
             return (float(s) if any(c in s for c in ".eE") else int(s)), m.end()
         for lit, val in _LITERALS.items():
             if text.startswith(lit, i):
@@ -284,6 +289,8 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
 
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise UsageError(f"{file}: nested too deeply; this is not a config file") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{file}:{mark.line + 1}:{mark.column + 1}" if mark else file
@@ -323,7 +330,10 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
             for knode, vnode in node.value:
                 if not isinstance(knode, yaml.ScalarNode):
                     raise UsageError(f"{kpos(knode)}: a mapping key must be a plain value")
-                key = constructor.construct_object(knode)
+                if knode.tag == "tag:yaml.org,2002:merge":
+                    raise UsageError(f"{kpos(knode)}: YAML merge keys (<<) are not supported; "
+                                     "write the merged keys out in the config")
+                key = scalar(knode)
                 skey = str(key)
                 p = join_path(path, skey)
                 if key in out:
@@ -339,10 +349,20 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
                 positions[p] = kpos(item)
                 items.append(build(item, p, depth + 1))
             return items
+        return scalar(node)
+
+    def scalar(node: Any) -> Any:
+        """A scalar by the safe resolver; bad tags, ``!!int abc``, huge ints are one line."""
         try:
-            return constructor.construct_object(node)
+            value = constructor.construct_object(node)
+            hash(value)
+            return value
         except yaml.YAMLError as exc:
-            raise UsageError(f"{kpos(node)}: {getattr(exc, 'problem', None) or exc}") from None
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise UsageError(f"{kpos(node)}: {problem}; a config holds plain values") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise UsageError(f"{kpos(node)}: bad value for tag {node.tag} "
+                             f"({str(exc)[:80]}); fix the value") from None
 
     data = build(root, "", 1)
     return data, positions, duplicates
@@ -350,18 +370,17 @@ def parse_yaml(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
 
 # ----------------------------------------------------------------------------------- the loader
 
+def config_bytes(path: str) -> bytes:
+    """A config file's bytes, read once per process (the analysis parses them, ``report`` quotes
+    them as written). A FIFO or device is refused before reading; the read stops at MAX_BYTES
+    (issue 14, item 4)."""
+    return cached("config-bytes", path, functools.partial(
+        read_bounded, limit=MAX_BYTES, what="--config",
+        hint="give the DeepSpeed JSON or Accelerate YAML config file itself", noun="config file"))
+
+
 def _read_text(path: str) -> str:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such config file; check the --config path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; give the config file itself") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from None
-    if len(raw) > MAX_BYTES:
-        raise UsageError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB, not a config file")
+    raw = config_bytes(path)
     if b"\x00" in raw:
         line = raw[: raw.index(b"\x00")].count(b"\n") + 1
         raise UsageError(f"{path}:{line}:1: binary data (NUL byte); give a DeepSpeed JSON "

@@ -22,6 +22,7 @@ from typing import Any
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.inputs import AnalysisInputs, cached
+from dsdoctor.safeio import read_bounded
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Fact, Symptom, TimelinePoint
 
@@ -94,7 +95,7 @@ class Context:
         """ZeRO stage as DeepSpeed reads it (0 when absent or unreadable)."""
         try:
             return int(self.cfg_get("zero_optimization.stage", 0) or 0)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # "auto", NaN, Infinity
             return 0
 
     def acc_get(self, path: str, default: Any = None) -> Any:
@@ -169,22 +170,11 @@ _MAX_SCRIPT_BYTES = 8 * 1024 * 1024
 
 
 def _read_script(path: str) -> bytes:
-    """A --script file's bytes (read once; the AST check and the shell reader share them)."""
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(_MAX_SCRIPT_BYTES + 1)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; check the --script path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; pass the training script (.py) or the shell "
-                         "launch script (.sh)") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the script ({exc.strerror}); check the --script "
-                         "path") from None
-    if len(raw) > _MAX_SCRIPT_BYTES:
-        raise UsageError(f"{path}: larger than 8 MiB, not a training or launch script; pass the "
-                         ".py file that builds the model or the .sh that launches it")
-    return raw
+    """A --script file's bytes (read once; the AST check and the shell reader share them).
+
+    Bounded, and a FIFO or device is refused before reading (issue 14, item 4)."""
+    return read_bounded(path, _MAX_SCRIPT_BYTES, "--script",
+                        "pass the training script (.py) or the shell launch script (.sh)")
 
 
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")

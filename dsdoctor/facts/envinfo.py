@@ -27,6 +27,7 @@ from typing import Any
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
 from dsdoctor.facts import env_child
+from dsdoctor.safeio import read_bounded
 from dsdoctor.redact import Redactor
 
 SCHEMA_VERSION = 1
@@ -490,20 +491,9 @@ def load_snapshot(path: str) -> dict[str, Any]:
     UsageError. The result is shared: do not modify it."""
     if path == "local":
         return _local_snapshot()
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > _MAX_SNAPSHOT_BYTES:
-            raise UsageError(f"{path}: {size} bytes is too large for an environment snapshot; "
-                             "make it with 'dsdoctor env --format json'")
-        raw = p.read_bytes()
-    except UsageError:
-        raise
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; pass the JSON file written by "
-                         "'dsdoctor env --format json --output FILE'") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+    # a FIFO or device is refused before reading; the read is capped (issue 14, item 4)
+    raw = read_bounded(path, _MAX_SNAPSHOT_BYTES, "--env", "pass the JSON file written by "
+                       "'dsdoctor env --format json --output FILE'")
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -514,4 +504,7 @@ def load_snapshot(path: str) -> dict[str, Any]:
                          "with 'dsdoctor env --format json --output FILE'") from None
     except RecursionError:
         raise UsageError(f"{path}: JSON nested too deeply; not an environment snapshot") from None
+    except ValueError as exc:  # an integer over 4,300 digits
+        raise UsageError(f"{path}: invalid JSON ({str(exc)[:80]}); regenerate it with "
+                         "'dsdoctor env --format json --output FILE'") from None
     return validate_snapshot(data, path)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import read_bounded
 
 _MAX_CONFIG_BYTES = 8 * 2**20  # a config.json is a few KB; refuse to slurp a weights file
 
@@ -74,15 +75,8 @@ def load_model_info(path: str | Path) -> ModelInfo:
     if not p.is_file():
         raise UsageError(f"{path}: no such file; pass a model's config.json or its directory "
                          "(weights are never read or downloaded)")
-    try:
-        size = p.stat().st_size
-        if size > _MAX_CONFIG_BYTES:
-            raise UsageError(f"{p}: {size} bytes is not a config.json (weights?); pass the "
-                             "model's config.json")
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{p}: cannot read ({exc.strerror}); check the path and permissions") \
-            from None
+    raw = read_bounded(str(p), _MAX_CONFIG_BYTES, "--model", "pass the model's config.json "
+                       "(weights are never read)")
     if b"\x00" in raw[:4096]:
         raise UsageError(f"{p}: binary file, not a config.json; pass the model's config.json")
     try:
@@ -94,6 +88,9 @@ def load_model_info(path: str | Path) -> ModelInfo:
                          "model's config.json") from None
     except RecursionError:
         raise UsageError(f"{p}: nested too deeply to be a model config") from None
+    except ValueError as exc:  # an integer over 4,300 digits
+        raise UsageError(f"{p}: invalid JSON ({str(exc)[:80]}); pass the model's config.json") \
+            from None
     if not isinstance(cfg, dict):
         raise UsageError(f"{p}: top level is {type(cfg).__name__}, not an object; pass the "
                          "model's config.json")

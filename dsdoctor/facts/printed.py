@@ -10,8 +10,9 @@ are read as literals only (:func:`coerce`, :func:`literal`, :func:`parse_kv_repr
 from __future__ import annotations
 
 import ast
-import itertools
 import json
+import os
+import stat
 import math
 import re
 from typing import Any
@@ -224,6 +225,7 @@ def config_from_engine_items(items: dict[str, str]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ json block
 
+_MAX_BLOCK_LINE_BYTES = 64 * 1024  # one line of a printed config; longer ones are cut
 _MAX_BLOCK_LINES = 2000  # DeepSpeed's pretty-printed configs are a few hundred lines at most
 
 
@@ -231,22 +233,31 @@ def read_json_block(path: str, line: int) -> dict[str, Any] | None:
     """The user config DeepSpeed printed as ``json = {`` at ``line`` of ``path``, re-read whole.
 
     The scanner's pattern joins only a few lines; a long block is read back from the file
-    (plain or gz; never standard input) until its braces balance. None when it cannot be.
+    (plain or compressed; never standard input or a pipe) until its braces balance. None when
+    it cannot be.
     """
     if not path or path in ("-", "<stdin>") or line < 1:
         return None
     from dsdoctor.errors import UsageError
-    from dsdoctor.logs.reader import normalize, open_log
+    from dsdoctor.logs.reader import normalize, open_log, read_line_capped, skip_lines
 
-    try:
+    try:  # a pipe was consumed by the scan: opening it again would wait for a writer
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         log = open_log(path)
-    except UsageError:
+    except (UsageError, OSError, ValueError):
         return None
     parts: list[str] = []
     depth = 0
     try:
-        # The lines before the block are skipped by islice, without a Python-level loop.
-        for n, raw in enumerate(itertools.islice(log.stream, line - 1, None), start=line):
+        # Lines are read with a cap: a line of GBs (a gzip bomb after the block) is never held.
+        stream = skip_lines(log.stream, line - 1)
+        n = line - 1
+        while True:
+            raw = read_line_capped(stream, _MAX_BLOCK_LINE_BYTES)
+            if not raw:
+                break
+            n += 1
             text = normalize(raw).text
             if n == line:
                 i = text.find("json = {")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor.errors import UsageError
+from dsdoctor.safeio import read_bounded
 
 _MAX_SCRIPT_BYTES = 8 * 2**20
 
@@ -155,18 +156,9 @@ def check_script(path: str | Path) -> ScriptFacts:
 
     Raises UsageError for an unreadable file or a syntax error (``file:line:col: ...``).
     """
-    p = Path(path)
-    try:
-        if p.stat().st_size > _MAX_SCRIPT_BYTES:
-            raise UsageError(f"{path}: larger than 8 MiB, not a training script; pass the .py "
-                             "file that builds the model")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; check the --script path") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; pass the training script (.py)") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror}); check the --script path") from None
+    # a FIFO or device is refused before reading; the read is capped (issue 14, item 4)
+    raw = read_bounded(str(path), _MAX_SCRIPT_BYTES, "--script",
+                       "pass the training script (.py) that builds the model")
     return check_source(raw, str(path))
 
 

@@ -7,23 +7,35 @@ physical line (tqdm redraws its bar with ``\\r``, so one physical line can hold 
 
 from __future__ import annotations
 
-import gzip
+import io
 import os
 import re
+import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from dsdoctor.errors import UsageError
+from dsdoctor.logs.streams import (Chained, Decompressed, Transcoded, compression_of, read_up_to,
+                                   utf_encoding_of, zstd_available)
+from dsdoctor.safeio import one_line
 
 #: Longest normalized text kept for one segment (evidence and matching). Lines of many MB exist.
 MAX_SEGMENT_CHARS = 16_384
 
 ANSI_RE = re.compile(
-    r"\x1b\[[0-9;?<=>]*[ -/]*[@-~]"  # CSI: colours, cursor moves
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: titles, hyperlinks
-    r"|\x1b[@-Z\\-_]"  # two-byte escapes
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC, DCS, SOS, PM, APC: titles, links
+    r"|\x1b[ -/]+[0-~]"  # nF: charset switches (ESC ( 0), ESC # 8
+    r"|\x1b[0-~]"  # two-byte escapes: full reset (ESC c), keypad modes, ESC 7/8
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # 8-bit CSI
+    r"|\x9d[^\x07\x9c]*(?:\x07|\x9c)?"  # 8-bit OSC
 )
+# What is left after the sequences: lone ESC, other C0 controls but tab, DEL, the C1 block.
+# Removed, so that no log line can drive the terminal of whoever reads dsdoctor's output.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# What random or compressed bytes decode to, and a text log rarely holds.
+_BINARY_CHAR_RE = re.compile(r"[\ufffd\x01-\x08\x0e-\x1a\x1c-\x1f]")
 # Markdown quote markers of pasted logs: "> ", ">> ", "> > ".
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 # Rank prefixes added by launchers, peeled off so that one pattern serves every launcher.
@@ -60,11 +72,11 @@ def normalize(raw: bytes) -> Segment:
     if len(raw) > MAX_SEGMENT_CHARS * 4:
         raw = raw[: MAX_SEGMENT_CHARS * 4]
     text = raw.decode("utf-8", errors="replace")
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    if "\x1b" in text:
-        text = ANSI_RE.sub("", text)
     text = text.rstrip("\r\n")
+    if "\x1b" in text or "\x9b" in text or "\x9d" in text:
+        text = ANSI_RE.sub("", text)
+    if _CONTROL_RE.search(text):
+        text = _CONTROL_RE.sub("", text)
     rank: int | None = None
     host: str | None = None
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
@@ -98,16 +110,19 @@ def rank_from_filename(path: str) -> int | None:
 
 @dataclass
 class OpenedLog:
-    """A binary stream and what we know of it."""
+    """A forward-only binary stream of a log's text (decompressed, UTF-8) and what we know of it."""
 
     name: str
     stream: BinaryIO
-    size: int | None  # bytes on disk (compressed size for .gz), None for stdin
+    size: int | None  # bytes on disk (compressed size when compressed), None for pipes and stdin
     compressed: bool
+    encoding: str | None = None  # "utf-16" etc. when transcoded to UTF-8
+    notes: list[str] = field(default_factory=list)  # what the wrappers had to drop, for the report
+    _file: BinaryIO | None = None  # the file this opened (never standard input)
 
     def close(self) -> None:
-        if self.stream is not sys.stdin.buffer:
-            self.stream.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def _sniff(path: str, head: bytes) -> None:
@@ -120,47 +135,116 @@ def _sniff(path: str, head: bytes) -> None:
     for magic, what in _BINARY_MAGIC.items():
         if head.startswith(magic):
             raise UsageError(f"{path}: looks like {what}, not a text log; pass the training log")
-    if head:
-        sample = head[:65536]
-        controls = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
-        if controls > 0.3 * len(sample):
-            raise UsageError(
-                f"{path}: does not look like a text log ({100 * controls // len(sample)}% "
-                "binary bytes at its start); pass the training log"
-            )
+    sample = head[:65536]
+    if not sample:
+        return
+    # Runs of NULs are a crashed writer's preallocated blocks: skipped, not counted as binary.
+    text = sample.replace(b"\x00", b"")
+    if not text:
+        raise UsageError(f"{path}: only NUL bytes at its start, not a text log; pass the "
+                         "training log")
+    decoded = text.decode("utf-8", errors="replace")
+    bad = len(_BINARY_CHAR_RE.findall(decoded))
+    # Random or compressed bytes are mostly invalid UTF-8; a log with a few latin-1 bytes is not.
+    if bad > 0.1 * len(decoded):
+        raise UsageError(
+            f"{path}: does not look like a text log ({100 * bad // len(decoded)}% "
+            "binary bytes at its start); pass the training log (plain, .gz, .bz2, .xz or .zst)"
+        )
+
+
+def _open_file(path: str) -> tuple[BinaryIO, int | None]:
+    """Open a path without blocking: regular files (with size), pipes and ttys (size None)."""
+    shown = one_line(path)
+    if os.path.isdir(path):
+        raise UsageError(f"{shown}: is a directory; pass the log files in it (e.g. {shown}/*.log)")
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer must not hang (it reads as empty instead).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file; check the path") from None
+    except PermissionError:
+        raise UsageError(f"{shown}: permission denied; make it readable") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{shown}: cannot open ({getattr(exc, 'strerror', None) or exc})") from None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        size: int | None = st.st_size
+    elif stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or os.isatty(fd):
+        size = None
+    else:
+        os.close(fd)
+        raise UsageError(f"{shown}: is a device, not a log file; pass the training log")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)  # a pipe with a writer is read to its end, like cat does
+    return os.fdopen(fd, "rb"), size
 
 
 def open_log(path: str) -> OpenedLog:
-    """Open a plain or gzip log, or standard input for ``-``. Raises UsageError on bad input."""
+    """Open a log: plain, gzip, bz2, xz or zstd; UTF-8, UTF-16 or UTF-32; a file, a pipe or ``-``.
+
+    Nothing seeks (``<(...)``, FIFOs and /dev/stdin cannot). Raises UsageError on bad input.
+    """
     if path == "-":
-        return OpenedLog("<stdin>", sys.stdin.buffer, None, False)
-    if os.path.isdir(path):
-        raise UsageError(f"{path}: is a directory; pass the log files in it (e.g. {path}/*.log)")
+        name, fh, size, owned = "<stdin>", sys.stdin.buffer, None, None
+    else:
+        name = one_line(path)
+        fh, size = _open_file(path)
+        owned = fh
+    log = OpenedLog(name, fh, size, False, None, [], owned)
     try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; check the path") from None
-    except PermissionError:
-        raise UsageError(f"{path}: permission denied; make it readable") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot open ({exc.strerror or exc})") from None
-    size = os.fstat(fh.fileno()).st_size
-    head = fh.read(2)
-    fh.seek(0)
-    if head == b"\x1f\x8b":
-        gz = gzip.GzipFile(fileobj=fh, mode="rb")
+        magic = read_up_to(fh, 8)
+        stream: BinaryIO = io.BufferedReader(Chained(magic, fh))
+        kind = compression_of(magic)
+        if kind:
+            if kind == "zstd" and not zstd_available():
+                raise UsageError(f"{name}: a zstd-compressed log, and no zstd module is installed; "
+                                 "pip install zstandard, or decompress it with 'zstd -d'")
+            stream = io.BufferedReader(Decompressed(kind, stream, name, log.notes), 1 << 20)
+            log.compressed = True
         try:
-            peek = gz.read(65536)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            if isinstance(exc, EOFError):
-                peek = b""  # truncated within the first block: nothing readable
-            else:
-                fh.close()
-                raise UsageError(f"{path}: corrupt gzip file ({exc}); re-copy the log") from None
-        _sniff(path, peek)
-        fh.seek(0)
-        return OpenedLog(path, gzip.GzipFile(fileobj=fh, mode="rb"), size, True)
-    head = fh.read(65536)
-    fh.seek(0)
-    _sniff(path, head)
-    return OpenedLog(path, fh, size, False)
+            head = read_up_to(stream, 65536)
+        except OSError as exc:
+            raise UsageError(f"{name}: {exc}; re-copy the log") from None
+        encoding = utf_encoding_of(head)
+        if encoding:
+            stream = io.BufferedReader(Transcoded(encoding, Chained(head, stream)), 1 << 20)
+            head = read_up_to(stream, 65536)
+            log.encoding = encoding
+            log.notes.append(f"{name}: {encoding.upper()} text, read as such")
+        _sniff(name, head)
+        log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
+    except BaseException:
+        log.close()
+        raise
+    return log
+
+
+def read_line_capped(stream: BinaryIO, cap: int) -> bytes:
+    """The next physical line of at most ``cap`` bytes; the rest of a longer line is skipped
+    without being held in memory. Empty bytes at the end of the stream."""
+    line = stream.readline(cap)
+    if not line or line.endswith(b"\n"):
+        return line
+    while True:  # skip to the end of an over-long line, one cap-sized piece at a time
+        more = stream.readline(cap)
+        if not more or more.endswith(b"\n"):
+            return line + b"\n"
+
+
+def skip_lines(stream: BinaryIO, count: int) -> BinaryIO:
+    """The stream after its first ``count`` lines, skipped in 1 MiB pieces (C-speed counting,
+    bounded memory whatever the lines' length)."""
+    while count > 0:
+        piece = stream.read(1 << 20)
+        if not piece:
+            return io.BytesIO(b"")
+        found = piece.count(b"\n")
+        if found < count:
+            count -= found
+            continue
+        pos = -1
+        for _ in range(count):
+            pos = piece.index(b"\n", pos + 1)
+        return io.BufferedReader(Chained(piece[pos + 1:], stream))
+    return stream

@@ -77,6 +77,7 @@ class Scanner:
             self._scan_stream(log.name, log.stream, log.size, log.compressed, on_event)
         finally:
             log.close()
+        self.notes.extend(log.notes)  # truncated or trailing data, UTF-16 text (reader wrappers)
 
     def result(self) -> ScanResult:
         return ScanResult(
@@ -330,6 +331,10 @@ class TailScanner:
     def lines_read(self) -> int:
         return self._line - 1
 
+    #: Most bytes held while waiting for line ends; a longer unterminated line is scanned in
+    #: pieces (like the batch scanner's giant lines) instead of growing without limit.
+    MAX_PENDING_BYTES = 8 << 20
+
     def feed(self, data: bytes) -> None:
         self.bytes_read += len(data)
         self._buf += data
@@ -337,6 +342,8 @@ class TailScanner:
         for _ in range(self.HOLD_BACK_LINES + 1):
             end = self._buf.rfind(b"\n", 0, end)
             if end <= 0:
+                if len(self._buf) > self.MAX_PENDING_BYTES:
+                    self._process(len(self._buf) - LOOKAHEAD_BYTES)
                 return
         self._process(end + 1)
 

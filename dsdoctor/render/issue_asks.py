@@ -20,13 +20,13 @@ from typing import Any
 
 from dsdoctor.cli.env import details, fence
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.configfile import config_bytes
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
 from dsdoctor.render.issue_launch import Launch
 from dsdoctor.render.issue_log import LogExcerpt, normalize_display
 
-_MAX_CONFIG_BYTES = 2 * 1024 * 1024
 #: How far below its first line a printed config is read (DeepSpeed prints one key per line).
 _MAX_PRINTED_CONFIG_LINES = 400
 
@@ -57,19 +57,8 @@ class PrintedConfig:
 
 def read_config(path: str, redactor: Redactor) -> ConfigText:
     """A config file's text as written, redacted. Bad input raises UsageError."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory; pass the DeepSpeed JSON or Accelerate YAML file")
-        size = p.stat().st_size
-        if size > _MAX_CONFIG_BYTES:
-            raise UsageError(f"{path}: {size} bytes is too large for a config; pass the DeepSpeed "
-                             "JSON or Accelerate YAML file")
-        raw = p.read_bytes()
-    except UsageError:
-        raise
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc}); check the path") from None
+    # the same bytes the analysis parsed (read once per process; bounded, no FIFO or device)
+    raw = config_bytes(path)
     if b"\x00" in raw[:65536]:
         raise UsageError(f"{path}: binary file, not a config; pass the DeepSpeed JSON or "
                          "Accelerate YAML file")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from dsdoctor.redact import Redactor
+from dsdoctor.safeio import one_line
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.launch import ExitStatus, Launched
 from dsdoctor.watch.progress import StallChange
@@ -49,13 +50,24 @@ class PlainWatch:
         self.say: Say = out or (lambda s: print(s, flush=True))
         self.red = Redactor()  # secrets printed in the log are not echoed
         self.seen: set[str] = set()
+        self.shown_errors: dict[str, str] = {}
         self.worst = 0
 
     def report(self) -> None:
         events = self.follower.take_events()
         for kind, ev, _ in events:
-            # redact the whole line, then cut: a token across character 200 is never half shown
-            self.say(f"{ev.location}: {kind}: {self.red.cut(ev.text, 200)}")
+            # redact the whole line, then cut, then neutralize: no half token, no control sequence
+            self.say(f"{one_line(ev.location)}: {kind}: {one_line(self.red.cut(ev.text, 200))}")
+        for t in self.follower.tailers:
+            # rotations, truncations and a path that went away: said once, on stderr
+            for note in t.notes:
+                print(f"dsdoctor: note: {one_line(note)}", file=sys.stderr, flush=True)
+            t.notes.clear()
+            error = t.state.error
+            if error != self.shown_errors.get(t.path, ""):
+                if error and not error.startswith("waiting for"):
+                    print(f"dsdoctor: warning: {one_line(error)}", file=sys.stderr, flush=True)
+                self.shown_errors[t.path] = error
         if events:
             state = self.follower.snapshot()
             for f in state.findings:
@@ -63,8 +75,8 @@ class PlainWatch:
                     self.seen.add(f.rule)
                     if f.severity == "error":
                         self.worst = 1
-                    self.say(self.red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
-                                           + (f" -- fix: {f.fix}" if f.fix else "")))
+                    self.say(one_line(self.red.text(f"{f.severity}: {f.rule} {f.name}: {f.title}"
+                                                    + (f" -- fix: {f.fix}" if f.fix else ""))))
         for change in self.follower.take_changes():
             self.stall_changed(change)
 
@@ -113,7 +125,9 @@ class PlainWatch:
                     if status is not None:
                         return self.finish_command(status)
                 exit_on_idle = self.exit_on_idle
-                if exit_on_idle is not None and time.monotonic() - idle_since >= exit_on_idle:
+                # idle means at the end of every file: a backlog is read whole before exiting
+                if not read and exit_on_idle is not None and \
+                        time.monotonic() - idle_since >= exit_on_idle:
                     self.follower.flush(final=True)
                     self.report()
                     return self.worst

@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.model import Evidence, Finding
 from dsdoctor.diagnose.pipeline import evaluate
 from dsdoctor.render.analysis import timeline_summary
 from dsdoctor.logs.scan import Scanner, TailScanner
+from dsdoctor.safeio import one_line
 
 POLL_SECONDS = 0.5
 READ_BYTES = 4 << 20
+HEAD_BYTES = 64  # identity of the followed file, to notice a truncate-and-regrow
+MAX_RECOVERED_BYTES = 64 << 20  # most bytes read back from a copytruncate copy
 
 
 @dataclass
@@ -33,8 +38,28 @@ class WatchState:
     error: str = ""
 
 
+def _head_of(fh: BinaryIO, n: int) -> bytes:
+    """The first ``n`` bytes of an open file, its position unchanged."""
+    if hasattr(os, "pread"):
+        return os.pread(fh.fileno(), n, 0)
+    pos = fh.tell()
+    fh.seek(0)
+    try:
+        return fh.read(n)
+    finally:
+        fh.seek(pos)
+
+
 class Tailer:
-    """Follows one file (also across truncation/rotation), feeding a TailScanner."""
+    """Follows one path like ``tail -F``, feeding a TailScanner, without losing lines.
+
+    * The open file is kept: after a rename rotation or delete-and-recreate, what was written
+      to the old file before the switch is read to its end first, then the new file from 0.
+    * copytruncate: the lines written between our last read and the truncation were copied to
+      the rotated file (``PATH.1``, checked by its first bytes); they are read from there.
+    * A path that disappears, becomes a directory or unreadable sets ``error`` (one line) and
+      is retried; nothing raises.
+    """
 
     def __init__(self, path: str, inputs: AnalysisInputs, from_start: bool = True,
                  scanner: Scanner | None = None):
@@ -44,12 +69,23 @@ class Tailer:
         # hook for watch/follow.py: timeline events are progress (stall detection)
         self.on_progress: Callable[[Evidence, dict], None] | None = None
         self._lock = threading.Lock()
+        self._fh: BinaryIO | None = None
+        self._ino: tuple[int, int] | None = None
+        self._head = b""  # the first bytes of the followed file: its identity across truncation
+        self._pos = 0
         # several logs followed together share one Scanner, so their symptoms aggregate
-        self._scanner = scanner or Scanner(engine=inputs.engine)
-        self.tail = TailScanner(path, self._scanner, on_event=self._on_event)
-        self._pos = 0 if from_start else (os.path.getsize(path) if os.path.exists(path) else 0)
-        self._ino = None
+        self._new_scanner(scanner)
         self.state = WatchState()
+        self.notes: list[str] = []  # rotations and truncations, for --plain
+        if not from_start:
+            try:
+                self._pos = os.path.getsize(path)
+            except OSError:
+                self._pos = 0
+
+    def _new_scanner(self, scanner: Scanner | None = None) -> None:
+        self._scanner = scanner or Scanner(engine=self.inputs.engine)
+        self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
 
     def _on_event(self, kind: str, ev: Evidence, values: dict) -> None:
         if kind == "timeline" and self.on_progress is not None:
@@ -64,28 +100,119 @@ class Tailer:
             out, self.events = self.events, []
         return out
 
+    def _set_error(self, message: str) -> None:
+        self.state = dataclasses.replace(self.state, error=one_line(message))
+
+    def _read_some(self) -> bytes:
+        assert self._fh is not None
+        return self._fh.read(READ_BYTES)
+
+    def _open_current(self) -> bool:
+        """Open the path (again); False with ``error`` set when it cannot be followed now."""
+        try:
+            # non-blocking open: a FIFO put at the path must not hang the watcher
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            fh = os.fdopen(fd, "rb")
+        except FileNotFoundError:
+            self._set_error(f"waiting for {self.path}")
+            return False
+        except IsADirectoryError:
+            self._set_error(f"{self.path}: is a directory now; waiting for the log file")
+            return False
+        except OSError as exc:
+            self._set_error(f"{self.path}: cannot read ({exc.strerror or exc}); waiting")
+            return False
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            fh.close()
+            self._set_error(f"{self.path}: not a regular file now; waiting for the log file")
+            return False
+        if self._fh is not None:
+            self._fh.close()
+        self._fh = fh
+        self._ino = (st.st_dev, st.st_ino)
+        fh.seek(self._pos)
+        self._head = _head_of(fh, HEAD_BYTES)
+        if self.state.error:
+            self._set_error("")
+        return True
+
+    def _restart(self, note: str) -> None:
+        """A new file at the path: scan it from its start with a fresh scanner."""
+        self.tail.flush(final=True)
+        self.notes.append(note)
+        self._pos = 0
+        self._head = b""
+        # the symptoms seen so far stay (same Scanner); line numbers start again at 1
+        self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
+
+    def _rotated_copy_tail(self) -> bytes:
+        """After copytruncate: the bytes past our position in the rotated copy, if we find it."""
+        for cand in (self.path + ".1", self.path + ".0"):
+            try:
+                with open(cand, "rb") as fh:
+                    if self._head and fh.read(len(self._head)) != self._head:
+                        continue
+                    fh.seek(self._pos)
+                    return fh.read(MAX_RECOVERED_BYTES)
+            except OSError:
+                continue
+        return b""
+
+    def _truncated(self) -> bool:
+        """The open file got shorter than our position, or its first bytes changed."""
+        assert self._fh is not None
+        try:
+            if os.fstat(self._fh.fileno()).st_size < self._pos:
+                return True
+            return bool(self._head) and _head_of(self._fh, len(self._head)) != self._head
+        except OSError:
+            return False
+
     def poll(self) -> bool:
         """Read what is new; True when something was read."""
+        if self._fh is None and not self._open_current():
+            return False
+        assert self._fh is not None
+        if self._truncated():
+            # copytruncate: recover what was copied away, then start over on the truncated file
+            lost = self._rotated_copy_tail()
+            if lost:
+                self._pos += len(lost)
+                self.tail.feed(lost)
+            self._restart(f"{self.path}: truncated (copytruncate); following it from its start")
+            self._fh.seek(0)
+            return True
+        data = self._read_some()
+        if data:
+            self._pos += len(data)
+            self.tail.feed(data)
+            return True
+        # At the end of the open file: has the path moved on to another file, or been truncated?
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            self.state = dataclasses.replace(self.state, error=f"waiting for {self.path}")
+            self._set_error(f"waiting for {self.path}")
             return False
-        if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._pos):
-            # rotated or truncated: start over on the new file
-            self._pos = 0
-            self._scanner = Scanner(engine=self.inputs.engine)
-            self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
-        self._ino = st.st_ino
-        if st.st_size <= self._pos:
-            self.tail.flush()
+        except OSError as exc:
+            self._set_error(f"{self.path}: cannot stat ({exc.strerror or exc}); waiting")
             return False
-        with open(self.path, "rb") as fh:
-            fh.seek(self._pos)
-            data = fh.read(READ_BYTES)
-        self._pos += len(data)
-        self.tail.feed(data)
-        return True
+        if stat.S_ISDIR(st.st_mode):
+            self._set_error(f"{self.path}: is a directory now; waiting for the log file")
+            return False
+        if (st.st_dev, st.st_ino) != self._ino:
+            # rename rotation or delete-and-recreate: read the old file to its very end first
+            while data := self._read_some():
+                self._pos += len(data)
+                self.tail.feed(data)
+            self._restart(f"{self.path}: a new file appeared (rotation); following it from its start")
+            self._fh.close()
+            self._fh = None
+            return self._open_current() and self.poll()
+        if len(self._head) < HEAD_BYTES and self._pos:
+            self._head = _head_of(self._fh, min(HEAD_BYTES, self._pos))
+        self.tail.flush()
+        return False
 
     def snapshot(self) -> WatchState:
         res = self.tail.result()

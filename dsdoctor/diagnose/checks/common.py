@@ -249,10 +249,10 @@ def device_name(v: Any) -> str | None:
 
 
 def written_stage(ctx: Context) -> int | None:
-    """ZeRO stage as written, or None when unknown ("auto" or not a number)."""
+    """ZeRO stage as written, or None when unknown ("auto", NaN, infinite or not a number)."""
     v = ctx.cfg_get("zero_optimization.stage", 0)
     n = as_numlike(v)
-    return int(n) if n is not None else None
+    return int(n) if n is not None and math.isfinite(n) else None
 
 
 def same_value(ds_val: Any, hf_val: Any) -> bool:

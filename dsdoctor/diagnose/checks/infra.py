@@ -420,7 +420,7 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                 fix = (f"run it on {parent}: python zero_to_fp32.py {parent} OUTPUT (add --tag "
                        f"{tag} to convert that step rather than the latest one)")
             else:
-                msg = (f"zero_to_fp32 found no DeepSpeed checkpoint where it was pointed"
+                msg = ("zero_to_fp32 found no DeepSpeed checkpoint where it was pointed"
                        + (f" ({d})" if d else "") + f" (line {s.first.line}).")
                 fix = ("pass the checkpoint directory that holds the 'latest' file and the "
                        "global_stepN folder (e.g. output_dir/checkpoint-500), or --tag global_stepN")
