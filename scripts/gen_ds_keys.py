@@ -37,7 +37,7 @@ OUT_DIR = os.path.join(HERE, "..", "dsdoctor", "data")
 
 
 class _Keys:
-    def __init__(self, owner: "_Recorder") -> None:
+    def __init__(self, owner: _Recorder) -> None:
         self.owner = owner
 
     def __contains__(self, key: object) -> bool:
@@ -73,7 +73,7 @@ class _Recorder(dict):
     def keys(self):  # type: ignore[override]
         return _Keys(self)
 
-    def __copy__(self) -> "_Recorder":  # DeepSpeedConfig copies the dict; keep recording
+    def __copy__(self) -> _Recorder:  # DeepSpeedConfig copies the dict; keep recording
         return self
 
 

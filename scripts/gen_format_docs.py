@@ -6,9 +6,14 @@ section, and rewrites everything between them. Run from the repository root:
 
     python scripts/gen_format_docs.py
 """
-import yaml, glob, os
+import glob
+import os
 from collections import defaultdict
+
+import yaml
+
 from dsdoctor.model import SYMPTOM_KINDS
+
 head = open('docs/formats.md').read().split('## Symptom kinds and the patterns that emit them')[0]
 tail = '## Known gaps' + open('docs/formats.md').read().split('## Known gaps')[1]
 out = [head, """## Symptom kinds and the patterns that emit them

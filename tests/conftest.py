@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "(default: $DSDOCTOR_DS_PYTHON, else this interpreter)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def deepspeed_python_problem(python: str) -> str | None:
     """Why ``python`` cannot run the live scenarios (None when it can).
 

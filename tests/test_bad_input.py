@@ -342,8 +342,8 @@ def test_estimate_on_absurd_or_zero_sizes_is_one_line(tmp_path, sizes):
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
 def test_rules_meeting_nan_or_infinity_do_not_crash(tmp_path, value):
     p = tmp_path / "ds.json"
-    p.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": %s, '
-                 '"offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true}}' % value)
+    p.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": '
+                 + value + ', "offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true}}')
     proc = run_cli("analyze", "--config", str(p))
     assert proc.returncode in (0, 1), proc.stderr
     assert "could not run" not in proc.stdout

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsdoctor.facts.configfile import load_config, lookup, parse_json, split_path
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.configfile import load_config, lookup, parse_json, split_path
 
 # The ZeRO-3 template of the Transformers DeepSpeed guide (auto values filled by the Trainer).
 ZERO3 = """{
@@ -202,7 +202,7 @@ def test_json_parser_agrees_with_json_module(value) -> None:
     text = json.dumps({"root": value}, indent=1)
     data, positions, dups = parse_json(text, "x.json")
     assert data == json.loads(text) and not dups
-    for path, pos in positions.items():
+    for pos in positions.values():
         assert 1 <= pos.line <= text.count("\n") + 1
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.diagnose import engine
 from dsdoctor.cli.main import main
+from dsdoctor.diagnose import engine
+from dsdoctor.diagnose.engine import RuleError, condition_holds, evaluate, load_rules
 from dsdoctor.facts.configfile import ConfigDoc
 from dsdoctor.facts.context import Context
-from dsdoctor.diagnose.engine import RuleError, condition_holds, evaluate, load_rules
 from dsdoctor.model import Evidence, Finding, Symptom
 
 ROOT = Path(__file__).resolve().parents[1]

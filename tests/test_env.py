@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsdoctor.facts import env_child, envinfo
-from dsdoctor.cli.main import main
 from dsdoctor.cli.env import gpu_summary, render_markdown
+from dsdoctor.cli.main import main
 from dsdoctor.errors import UsageError
+from dsdoctor.facts import env_child, envinfo
 from dsdoctor.redact import REDACTED
 
 REPO = Path(__file__).resolve().parents[1]

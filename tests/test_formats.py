@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.logs.formats import load_patterns, required_literals
-from dsdoctor.model import SYMPTOM_KINDS
 from dsdoctor.logs.prefilter import available_engines, make_engine
 from dsdoctor.logs.reader import normalize
+from dsdoctor.model import SYMPTOM_KINDS
 
 ALL_PATTERNS = load_patterns()
 PATTERNS = tuple(p for p in ALL_PATTERNS if p.format != "facts")

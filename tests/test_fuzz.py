@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.formats import load_patterns
 from dsdoctor.logs.prefilter import hyperscan_available
-from dsdoctor.logs.reader import normalize, open_log
+from dsdoctor.logs.reader import normalize
 from dsdoctor.logs.scan import Scanner
 
 REPO = Path(__file__).resolve().parents[1]

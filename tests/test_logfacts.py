@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from dsdoctor.facts.logfacts import coerce, config_from_engine_items, extract, parse_argv, parse_kv_repr
 from dsdoctor.logs.formats import load_patterns, required_literals
-from dsdoctor.facts.logfacts import (coerce, config_from_engine_items, extract, parse_argv,
-                               parse_kv_repr)
-from dsdoctor.model import Evidence, Fact
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize
 from dsdoctor.logs.scan import scan_text
+from dsdoctor.model import Evidence, Fact
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 

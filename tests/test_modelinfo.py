@@ -8,8 +8,14 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.errors import UsageError
-from dsdoctor.facts.modelinfo import (SUPPORTED_MODEL_TYPES, bf16_family, count_params, family_of,
-                                load_model_info, model_info_from_config)
+from dsdoctor.facts.modelinfo import (
+    SUPPORTED_MODEL_TYPES,
+    bf16_family,
+    count_params,
+    family_of,
+    load_model_info,
+    model_info_from_config,
+)
 
 # Hyper-parameters copied from the models' config.json on the Hugging Face Hub, with the
 # parameter count the model card / Transformers' num_parameters() publishes.

@@ -46,8 +46,8 @@ def _clean(text: str, secret: str) -> str:
         (f"wandb login --relogin {WANDB}", WANDB, "--relogin"),
         (f"MASTER=postgres://admin:{URL_PASS}@db.example.com:5432/x", URL_PASS, "admin:"),
         (f"pip install --index-url https://user:{URL_PASS}@pypi.corp/simple pkg", URL_PASS, "pypi.corp/simple"),
-        (f"--hub_token xyzSECRETvalue42 --output_dir out", "xyzSECRETvalue42", "--output_dir out"),
-        (f"--hub-token=xyzSECRETvalue42", "xyzSECRETvalue42", "--hub-token="),
+        ("--hub_token xyzSECRETvalue42 --output_dir out", "xyzSECRETvalue42", "--output_dir out"),
+        ("--hub-token=xyzSECRETvalue42", "xyzSECRETvalue42", "--hub-token="),
         ("--wandb_key abcSECRET999 --bf16", "abcSECRET999", "--bf16"),
         # the launcher's "exits with return code" line prints argv as a Python list
         ("['/usr/bin/python3', '-u', 'train.py', '--hub_token', 'xyzSECRETvalue42'] exits with return code = 1",

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.cli.main import main
-from dsdoctor.errors import UsageError
+from dsdoctor.diagnose.pipeline import run_analysis
 from dsdoctor.model import Evidence, FileSummary, Finding, Report, Symptom
 from dsdoctor.redact import Redactor
-from dsdoctor.diagnose.pipeline import run_analysis
 from dsdoctor.render.issue_body import (
     build_issue,
     first_error_excerpt,
@@ -292,7 +291,7 @@ def test_cli_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str
                "--redact-paths", "--redact-hosts", "--force"])
     assert rc == 0
     err = capsys.readouterr().err
-    assert f"gh issue create --repo deepspeedai/DeepSpeed --title '[BUG] " in err
+    assert "gh issue create --repo deepspeedai/DeepSpeed --title '[BUG] " in err
     assert f"--body-file {out}" in err
     body = out.read_text()
     for s in SECRETS + ("alice", "gpu-node-07"):

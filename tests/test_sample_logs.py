@@ -27,7 +27,7 @@ SCENARIOS = sample_check.scenarios()
 FORMATS = {"txt": "text", "json": "json", "md": "markdown"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def analyzed(scenario: str, fmt: str = "json") -> tuple[int, str, str]:
     """``dsdoctor analyze`` of one committed scenario (cached: several tests read it)."""
     return sample_check.run_analyze(sample_check.SAMPLE_LOGS / scenario, fmt)

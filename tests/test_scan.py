@@ -95,9 +95,9 @@ def test_carriage_return_segments_keep_the_physical_line(patterns, engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_hard_wrapped_message_is_joined(patterns, engine):
     # bigcode-project/starcoder#77: the assertion message wrapped over three lines
-    data = ("AssertionError: Check batch related parameters. train_batch_size is not\n"
-            "equal to micro_batch_per_gpu * gradient_acc_step * world_size 64 != 4 *\n"
-            "8 * 1\n").encode()
+    data = (b"AssertionError: Check batch related parameters. train_batch_size is not\n"
+            b"equal to micro_batch_per_gpu * gradient_acc_step * world_size 64 != 4 *\n"
+            b"8 * 1\n")
     res = scan_bytes(patterns, data, engine)
     sym = res.symptoms["batch-size-mismatch"]
     assert sym.first.line == 1

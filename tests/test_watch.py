@@ -74,8 +74,8 @@ def test_tui_shows_symptoms_live(tmp_path):
     pytest.importorskip("textual")
     from textual.widgets import DataTable
 
-    from dsdoctor.watch.tailer import Tailer
     from dsdoctor.watch.app import WatchApp
+    from dsdoctor.watch.tailer import Tailer
 
     path = tmp_path / "live.log"
     path.write_text("starting\n")

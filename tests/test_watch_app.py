@@ -67,7 +67,7 @@ def test_stall_banner_appears_and_clears(tmp_path):
             # the stall's evidence stays, marked cleared
             await wait_for(pilot, lambda: "stall cleared" in str(banner.render()), "cleared")
             assert banner.has_class("cleared")
-            assert f"it was: possible hang: no progress for 31s" in str(banner.render())
+            assert "it was: possible hang: no progress for 31s" in str(banner.render())
             await pilot.press("q")
 
     asyncio.run(scenario())

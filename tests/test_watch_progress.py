@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsdoctor.watch.progress import (ADAPTIVE_FACTOR, FLOOR_SECONDS, MIN_ADAPTIVE_SECONDS,
-                                     StallDetector)
+from dsdoctor.watch.progress import ADAPTIVE_FACTOR, FLOOR_SECONDS, MIN_ADAPTIVE_SECONDS, StallDetector
 
 # A Trainer log dict (real format, from dsdoctor/logs/formats/hf-trainer.yaml's samples)
 DICT = "{'loss': 1.6228, 'grad_norm': 9.305521011352539, 'learning_rate': 4.9424511162240815e-06, 'epoch': 0.16}"

@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 
-from dsdoctor.errors import UsageError
 from dsdoctor.cli.options import add_input_options, inputs_from
-from dsdoctor.safeio import input_paths, write_report
 from dsdoctor.diagnose.pipeline import analyze
+from dsdoctor.errors import UsageError
 from dsdoctor.render.analysis import render
+from dsdoctor.safeio import input_paths, write_report
 
 EPILOG = """examples:
   dsdoctor analyze train.log

@@ -15,6 +15,7 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.redact import Redactor
 
+
 def _d(x: Any) -> dict[str, Any]:
     return x if isinstance(x, dict) else {}
 

@@ -112,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``dsdoctor report``."""
     from dsdoctor.facts import envinfo
     from dsdoctor.facts.inputs import cached
+    from dsdoctor.redact import Redactor
     from dsdoctor.render import issue_body
     from dsdoctor.render.issue_launch import gather_launch, is_shell_script
-    from dsdoctor.redact import Redactor
 
     if "-" in args.logs:
         raise UsageError("-: report reads the log twice (analysis and excerpt); save it to a file first")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import sys
+from dataclasses import replace
 
-from dsdoctor.errors import UsageError
 from dsdoctor.cli.options import add_input_options, inputs_from
+from dsdoctor.errors import UsageError
 from dsdoctor.logs.reader import open_log
 
 

@@ -3,7 +3,8 @@
 A rule file (``rules/<CODE>-<name>.yaml``) holds a stable code, a problem-naming name, severity,
 title, summary, explanation, fix, references, a declarative ``when:`` condition, an optional
 ``hook: <key>`` naming a check of ``dsdoctor.diagnose.checks.registry.CHECKS`` for
-arithmetic/AST rules, and examples that must fire and must stay silent (run by ``tests/test_rules_examples.py``). Nothing in a rule file is evaluated as code.
+arithmetic/AST rules, and examples that must fire and must stay silent (run by
+``tests/test_rules_examples.py``). Nothing in a rule file is evaluated as code.
 
 Conditions (``when:``), combined freely::
 
@@ -29,9 +30,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import yaml
 

@@ -17,10 +17,11 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup, split_path
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup, split_path
 from dsdoctor.model import Finding
 
 _MISSING = object()

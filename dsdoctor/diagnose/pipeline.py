@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from dsdoctor.diagnose import problems, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
-from dsdoctor.model import Report, SYMPTOM_KINDS
-from dsdoctor.redact import redact_report
 from dsdoctor.logs.scan import ScanResult, scan_files
+from dsdoctor.model import SYMPTOM_KINDS, Report
+from dsdoctor.redact import redact_report
 
 if TYPE_CHECKING:
     from dsdoctor.facts.run import RunModel

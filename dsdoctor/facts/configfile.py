@@ -19,7 +19,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in typeshed
 from typing import Any
 
 from dsdoctor.errors import UsageError
@@ -178,7 +178,8 @@ class _JsonParser:
         return UsageError(f"{p}: {what}; this is not valid DeepSpeed JSON, fix the file and retry")
 
     def ws(self, i: int) -> int:
-        return _WS_COMMENTS.match(self.text, i).end()
+        m = _WS_COMMENTS.match(self.text, i)  # matches the empty string: never None
+        return m.end() if m is not None else i
 
     def parse(self) -> dict[str, Any]:
         i = self.ws(0)

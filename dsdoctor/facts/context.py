@@ -19,12 +19,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.facts.inputs import AnalysisInputs, cached
-from dsdoctor.safeio import read_bounded
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Fact, Symptom, TimelinePoint
+from dsdoctor.safeio import read_bounded
 
 #: The release the config lints target when nothing says which DeepSpeed runs the config.
 DEFAULT_DS_VERSION = "0.19.8"

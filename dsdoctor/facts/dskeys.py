@@ -124,7 +124,7 @@ class KeyTable:
                 out.append(UnknownKey(path, key, section, self.suggest(key, section), rejected, reason))
         return out
 
-    def check_values(self, data: dict[str, Any]) -> list["BadValue"]:
+    def check_values(self, data: dict[str, Any]) -> list[BadValue]:
         """Values the release's pydantic sections refuse, in section order."""
         out: list[BadValue] = []
         for section in self.sections:
@@ -261,10 +261,9 @@ def releases_rejecting(path: str, value: Any = None) -> list[str]:
     section, _, key = path.rpartition(".")
     for rel in _releases():
         t = _load(rel)
-        if not section and key in t.removed_top_level:
-            out.append(rel)
-        elif section == "zero_optimization" and key in t.removed_zero:
-            out.append(rel)
-        elif section and t.is_strict(section) and key not in t.section_keys(section) and value != "auto":
+        if ((not section and key in t.removed_top_level)
+                or (section == "zero_optimization" and key in t.removed_zero)
+                or (section and t.is_strict(section) and key not in t.section_keys(section)
+                    and value != "auto")):
             out.append(rel)
     return out

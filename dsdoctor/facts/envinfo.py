@@ -27,8 +27,8 @@ from typing import Any
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
 from dsdoctor.facts import env_child
-from dsdoctor.safeio import read_bounded
 from dsdoctor.redact import Redactor
+from dsdoctor.safeio import read_bounded
 
 SCHEMA_VERSION = 1
 

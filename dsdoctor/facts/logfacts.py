@@ -9,11 +9,18 @@ as Python lists are read with :func:`ast.literal_eval` (literals only), dict rep
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from dsdoctor.facts.printed import (coerce, config_from_engine_items, literal, load_config_json,
-                                    parse_kv_repr, read_json_block)
+from dsdoctor.facts.printed import (
+    coerce,
+    config_from_engine_items,
+    literal,
+    load_config_json,
+    parse_kv_repr,
+    read_json_block,
+)
 from dsdoctor.model import Evidence, Fact
 
 #: Command-line arguments whose value is a model name or path (for the bf16 family table).
@@ -68,8 +75,8 @@ class LogFacts:
     frames: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # DeepSpeed frames
     log_modules: list[tuple[str, int, str, Evidence]] = field(default_factory=list)  # [stage3.py:N:f]
     zero_banner: tuple[int, str, Evidence] | None = None  # "Creating <dtype> ZeRO stage N optimizer"
-    fsdp_frame_ev: Evidence | None = None
-    version_ev: dict[str, Evidence] = field(default_factory=dict)  # package -> the line naming it  # a traceback frame inside torch.distributed.fsdp
+    fsdp_frame_ev: Evidence | None = None  # a traceback frame inside torch.distributed.fsdp
+    version_ev: dict[str, Evidence] = field(default_factory=dict)  # package -> the line naming it
 
     def best_launch(self) -> LaunchInfo | None:
         """The launch showing the most script arguments (the runner's cmd often shows none)."""

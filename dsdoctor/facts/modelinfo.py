@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from dsdoctor.errors import UsageError
 from dsdoctor.safeio import read_bounded

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import stat
 import math
+import os
 import re
+import stat
 from typing import Any
 
 # ------------------------------------------------------------------------------ value parsing
@@ -85,9 +85,8 @@ def parse_kv_repr(text: str) -> dict[str, Any]:
                 depth += 1
             elif ch in ")]}":
                 depth -= 1
-            elif depth == 0 and (ch == " " or ch == ","):
-                if _KV_NEXT.match(text, k):
-                    break
+            elif depth == 0 and ch in " ," and _KV_NEXT.match(text, k):
+                break
             k += 1
         out[key] = _repr_value(text[j:k].strip())
         i = k

@@ -7,14 +7,15 @@ is absent contributes nothing: the model never guesses a value no source states.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from dsdoctor.facts import run_sources
+from dsdoctor.facts.logfacts import ds_config_line
+from dsdoctor.facts.run import SOURCE_RANK, Conflict, Known, RunModel, Source, pick
 from dsdoctor.facts.run_sources import Candidates as _Candidates
 from dsdoctor.facts.run_sources import as_int as _int
 from dsdoctor.facts.run_sources import truthy as _truthy
-from dsdoctor.facts.logfacts import ds_config_line
-from dsdoctor.facts.run import SOURCE_RANK, Conflict, Known, RunModel, Source, pick
 from dsdoctor.model import Evidence
 
 if TYPE_CHECKING:

@@ -156,9 +156,8 @@ def from_trainer_args(c: Candidates, ctx: Context) -> None:
         gc = _flag(args.get("gradient_checkpointing"))
         c.add("gradient_checkpointing", gc, src("gradient_checkpointing"))
         fsdp = args.get("fsdp")
-        if isinstance(fsdp, str) and fsdp.strip().lower() not in ("", "false", "none", "[]", "''"):
-            c.add("fsdp", True, src("fsdp"))
-        elif isinstance(fsdp, list) and fsdp:
+        if ((isinstance(fsdp, str) and fsdp.strip().lower() not in ("", "false", "none", "[]", "''"))
+                or (isinstance(fsdp, list) and fsdp)):
             c.add("fsdp", True, src("fsdp"))
         if isinstance(args.get("deepspeed"), str):
             c.add("ds_config_path", args["deepspeed"], src("deepspeed"))

@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from dsdoctor.errors import UsageError
-from dsdoctor.logs.streams import (Chained, Decompressed, Transcoded, compression_of, read_up_to,
-                                   utf_encoding_of, zstd_available)
+from dsdoctor.logs.streams import (
+    Chained,
+    Decompressed,
+    Transcoded,
+    compression_of,
+    read_up_to,
+    utf_encoding_of,
+    zstd_available,
+)
 from dsdoctor.safeio import one_line
 
 #: Longest normalized text kept for one segment (evidence and matching). Lines of many MB exist.

@@ -12,12 +12,12 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
 from dsdoctor.errors import UsageError
+from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
 from dsdoctor.logs.formats import Pattern, load_patterns
-from dsdoctor.model import Evidence, FileSummary, Symptom, TimelinePoint, Fact
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
+from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 from dsdoctor.redact.redactor import cut_without_half_secret
 
 CHUNK_BYTES = 8 << 20

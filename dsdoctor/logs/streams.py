@@ -52,7 +52,7 @@ class Chained(io.RawIOBase):
             b[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
-        return self._inner.readinto(b) or 0
+        return self._inner.readinto(b) or 0  # type: ignore[attr-defined]  # every stream here has it
 
     def close(self) -> None:  # the caller closes the file it opened
         super().close()
@@ -226,7 +226,7 @@ def utf_encoding_of(head: bytes) -> str | None:
 class Transcoded(io.RawIOBase):
     """UTF-8 bytes of a UTF-16/32 stream (undecodable units become U+FFFD)."""
 
-    def __init__(self, encoding: str, inner: BinaryIO):
+    def __init__(self, encoding: str, inner: BinaryIO | io.RawIOBase):
         self._dec = codecs.getincrementaldecoder(encoding)(errors="replace")
         self._inner = inner
         self._out = b""

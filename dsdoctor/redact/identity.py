@@ -22,7 +22,8 @@ USER = "<user>"
 _HOME_PATH = re.compile(r"(?P<pre>(?<![A-Za-z0-9_.-])(?:/home|/Users|/mnt/home|/u|/scratch|/export/home)/)"
                         r"(?P<user>[^/\s\"':<>]+)")
 _WIN_HOME_PATH = re.compile(r"(?i)(?P<pre>\b[A-Z]:\\\\?Users\\\\?)(?P<user>[^\\\s\"':<>]+)")
-_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])(?P<user>[A-Za-z0-9._%+-]+)@(?P<domain>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])(?P<user>[A-Za-z0-9._%+-]+)"
+                    r"@(?P<domain>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})\b")
 _IPV4 = re.compile(r"(?<![\d.])(?:25[0-5]|2[0-4]\d|1?\d?\d)(?:\.(?:25[0-5]|2[0-4]\d|1?\d?\d)){3}(?![\d.])")
 _IPV6 = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{1,4}:){3,7}[0-9A-Fa-f]{1,4}(?![0-9A-Fa-f:])")
 # An IPv4 that is an address, not a four-part version number: followed by a port, or after

@@ -22,16 +22,41 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor import __version__
-from dsdoctor.cli.env import cuda_line, details, fence, gpu_summary, interconnect_summary, ops_rows
-from dsdoctor.cli.env import os_line, render_markdown, shape
+from dsdoctor.cli.env import (
+    cuda_line,
+    details,
+    fence,
+    gpu_summary,
+    interconnect_summary,
+    ops_rows,
+    os_line,
+    render_markdown,
+    shape,
+)
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Report
 from dsdoctor.redact import Redactor
-from dsdoctor.render.issue_asks import (ConfigText, PrintedConfig, config_md, full_log_hint, nodes_md,
-                                        printed_config, read_config, run_state_md, triage, triage_md)
-from dsdoctor.render.issue_launch import (Launch, LaunchCommand, gather_launch, launch_md,
-                                          launcher_context, read_shell_script)
+from dsdoctor.render.issue_asks import (
+    ConfigText,
+    PrintedConfig,
+    config_md,
+    full_log_hint,
+    nodes_md,
+    printed_config,
+    read_config,
+    run_state_md,
+    triage,
+    triage_md,
+)
+from dsdoctor.render.issue_launch import (
+    Launch,
+    LaunchCommand,
+    gather_launch,
+    launch_md,
+    launcher_context,
+    read_shell_script,
+)
 from dsdoctor.render.issue_log import ExcerptLine, LogExcerpt, first_error_excerpt
 
 #: target -> (GitHub repository, template style, title prefix)

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 
 from dsdoctor.diagnose.pipeline import evaluate
-from dsdoctor.logs.scan import FileSummary, Scanner
 from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.logs.scan import FileSummary, Scanner
 from dsdoctor.model import Evidence
 from dsdoctor.render.analysis import timeline_summary
 from dsdoctor.watch.progress import FLOOR_SECONDS, StallChange, StallDetector

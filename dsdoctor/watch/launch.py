@@ -76,7 +76,7 @@ class Launched:
         assert self.proc.stdout is not None
         with self._log:
             while True:
-                data = self.proc.stdout.read1(1 << 16)
+                data = self.proc.stdout.read1(1 << 16)  # type: ignore[attr-defined]  # a BufferedReader
                 if not data:
                     break
                 self._log.write(data)

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from dsdoctor.facts.inputs import AnalysisInputs
-from dsdoctor.model import Evidence, Finding
 from dsdoctor.diagnose.pipeline import evaluate
-from dsdoctor.render.analysis import timeline_summary
+from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import Scanner, TailScanner
+from dsdoctor.model import Evidence, Finding
+from dsdoctor.render.analysis import timeline_summary
 from dsdoctor.safeio import one_line
 
 POLL_SECONDS = 0.5

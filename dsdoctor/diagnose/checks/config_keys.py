@@ -5,7 +5,8 @@ values (DS319), numbers written as strings (DS318), config vs the printed one (D
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     as_numlike,

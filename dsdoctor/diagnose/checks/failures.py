@@ -6,7 +6,8 @@ vs DeepSpeed in the log (DS109), batch assertions (DS110), client optimizer with
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
 from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage

@@ -8,7 +8,8 @@ the rest (an env snapshot, NCCL_DEBUG=INFO output). Nothing is prescribed that t
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding, gib, log_facts, param_count, trainer_arg, vals
 from dsdoctor.facts.context import Context

@@ -4,7 +4,8 @@ ZeRO-1/2 overlap_comm buckets (DS312). The GPU OOM ladder (DS105) is in ``oom.py
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     as_numlike,

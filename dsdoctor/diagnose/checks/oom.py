@@ -9,8 +9,9 @@ tell (``runfacts.NEED_STAGE``) instead of guessing a rung.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     finding,

@@ -4,7 +4,8 @@ zero losses (DS103, DS104), bf16 models in fp16 (DS201), bf16 before Ampere (DS2
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     ampere_ok,

@@ -4,7 +4,8 @@ QLoRA + ZeRO-3 versions, offload and zero.Init (DS209, DS210, DS317), FSDP + PEF
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     enabled,

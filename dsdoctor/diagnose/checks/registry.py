@@ -6,7 +6,8 @@ every registered check belongs to a rule. Nothing is imported by a name written 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from dsdoctor.diagnose.checks import (
     config_keys,

@@ -4,7 +4,8 @@ DeepSpeed config (DS205, DS206), batch arithmetic (DS309), "auto" (DS310), Train
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     as_numlike,

@@ -4,7 +4,8 @@ ZeRO-3 16-bit save (DS314).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
     device_name,

@@ -224,8 +224,8 @@ def load_patterns() -> tuple[Pattern, ...]:
 # --- literals for the pure-Python prefilter ----------------------------------------------------
 
 try:  # Python 3.11+
-    from re import _parser as _sre_parse  # type: ignore[attr-defined]
     from re import _constants as _sre_const  # type: ignore[attr-defined]
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_const  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
