@@ -35,8 +35,9 @@ def lm_batches(rank: int, batch: int = 8, seq: int = 32):
 
 def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1) -> None:
     """deepspeed.initialize + the usual forward/backward/step loop; rank 0 prints the loss."""
-    import deepspeed
     import torch
+
+    import deepspeed
 
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=ds_config)

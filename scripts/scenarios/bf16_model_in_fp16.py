@@ -61,9 +61,10 @@ def make_checkpoint(path: Path) -> None:
 
 def worker() -> None:
     """One rank: from_pretrained(bf16 checkpoint), then DeepSpeed fp16 fine-tuning."""
-    import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
+
+    import deepspeed
 
     if "--make-checkpoint" in sys.argv:
         make_checkpoint(Path(sys.argv[sys.argv.index("--make-checkpoint") + 1]))

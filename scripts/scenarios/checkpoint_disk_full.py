@@ -36,9 +36,10 @@ CONFIG = {
 
 def worker() -> None:
     """One rank: a few ZeRO-2 steps, then a checkpoint saved onto the small filesystem."""
-    import deepspeed
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
 
     args = c.worker_args()
     c.set_deepspeed_log_level("info")

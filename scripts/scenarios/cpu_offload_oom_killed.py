@@ -62,9 +62,10 @@ MODEL_CONFIG = {
 
 def worker() -> None:
     """One rank: ZeRO-3 + CPU offload training of GPT-2 small."""
-    import deepspeed
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
 
     args = c.worker_args()
     c.set_deepspeed_log_level("info")

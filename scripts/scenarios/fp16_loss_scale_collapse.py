@@ -44,9 +44,10 @@ CONFIG = {
 
 def worker() -> None:
     """One rank: a user's hand-written DeepSpeed loop whose model has an fp16-unsafe LayerNorm."""
-    import deepspeed
     import torch
     from torch import nn
+
+    import deepspeed
 
     class NaiveLayerNorm(nn.Module):
         """A hand-written LayerNorm computing Var = E[x^2] - E[x]^2 in the input dtype.
@@ -104,7 +105,7 @@ def generate(out: Path) -> c.Outcome:
                      must_not_rules=["DS101", "DS105", "DS106"],
                      fate="failed")
     outcome = c.Outcome([run])
-    c.write_readme(out, NAME, "fp16 loss-scale collapse to the minimum, run exits", """
+    c.write_readme(out, NAME, "fp16 loss-scale collapse to the minimum, run exits", f"""
 A tiny classifier (hand-written LayerNorm, then 256-256-10 MLP) trained in fp16 with ZeRO stage 2 on
 2 ranks (CPU accelerator, gloo), AdamW with DeepSpeed's `WarmupLR`. The LayerNorm computes the variance
 as E[x^2]-E[x]^2 in the input dtype and the features are raw (magnitude 200..400, the dataset's

@@ -42,9 +42,10 @@ MODEL_CONFIG = _lm.model_config()
 
 def worker() -> None:
     """One rank: fp16 training of a tiny GPT-2 from scratch."""
-    import deepspeed
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
 
     args = c.worker_args()
     c.patch_cpu_fp16()

@@ -58,9 +58,10 @@ def worker() -> None:
     """One rank: ZeRO-3 inference with generate(), synced_gpus as the flag says."""
     from datetime import timedelta
 
-    import deepspeed
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
 
     args = c.worker_args(lambda p: p.add_argument("--synced_gpus", action="store_true"))
     c.set_deepspeed_log_level("info")

@@ -36,9 +36,10 @@ CONFIG = {
 
 def worker() -> None:
     """One rank: train and save (``--phase save``), or load the checkpoint and go on (``resume``)."""
-    import deepspeed
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
 
     args = c.worker_args(lambda p: p.add_argument("--phase", choices=("save", "resume")))
     c.set_deepspeed_log_level("info")

@@ -10,6 +10,7 @@ do by mistake: on ``global_step3`` (the tag folder) rather than on the directory
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,9 +37,10 @@ CONFIG = {
 
 def worker() -> None:
     """One rank: a few ZeRO-2 steps, then a regular checkpoint."""
-    import deepspeed
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
 
     args = c.worker_args()
     c.set_deepspeed_log_level("info")
