@@ -105,7 +105,7 @@ def generate(out: Path) -> c.Outcome:
                      must_not_rules=["DS101", "DS105", "DS106"],
                      fate="failed")
     outcome = c.Outcome([run])
-    c.write_readme(out, NAME, "fp16 loss-scale collapse to the minimum, run exits", f"""
+    c.write_readme(out, NAME, "fp16 loss-scale collapse to the minimum, run exits", """
 A tiny classifier (hand-written LayerNorm, then 256-256-10 MLP) trained in fp16 with ZeRO stage 2 on
 2 ranks (CPU accelerator, gloo), AdamW with DeepSpeed's `WarmupLR`. The LayerNorm computes the variance
 as E[x^2]-E[x]^2 in the input dtype and the features are raw (magnitude 200..400, the dataset's

@@ -10,7 +10,6 @@ do by mistake: on ``global_step3`` (the tag folder) rather than on the directory
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
