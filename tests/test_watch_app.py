@@ -101,60 +101,51 @@ def test_plots_show_the_loss_and_loss_scale(tmp_path):
     asyncio.run(scenario())
 
 
-def test_key_r_says_fix_first_when_the_analysis_explains_the_failure(tmp_path):
-    pytest.importorskip("textual")
+def _press_r(log: Path, out: Path) -> str:
+    """Open the app on ``log``, press r, and return what it said about the issue report."""
     from dsdoctor.watch.app import WatchApp
 
+    said: list[str] = []
+
+    async def scenario():
+        app = WatchApp(Follower([str(log)], args()), poll=0.1)
+        app.report_path = str(out)
+        async with app.run_test() as pilot:
+            await pilot.pause(0.3)
+            await pilot.press("r")
+            for _ in range(300):
+                await pilot.pause(0.1)
+                if app.last_report:
+                    break
+            said.append(app.last_report)
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+    return said[0]
+
+
+def test_key_r_says_fix_first_when_the_analysis_explains_the_failure(tmp_path):
+    pytest.importorskip("textual")
     # the launcher's -9 exit, a real line (DeepSpeed#3232)
     path = tmp_path / "train.log"
     path.write_text("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] "
                     "['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with return "
                     "code = -9\n")
     out = tmp_path / "issue.md"
-
-    async def scenario():
-        app = WatchApp(Follower([str(path)], args()), poll=0.1)
-        app.report_path = str(out)
-        async with app.run_test() as pilot:
-            await pilot.pause(0.3)
-            await pilot.press("r")
-            for _ in range(300):
-                await pilot.pause(0.1)
-                if app.last_report:
-                    break
-            # a -9 kill is explained (DS106, host RAM) with a fix: triage says fix it first
-            assert app.last_report.startswith("not writing the issue: the analysis explains")
-            assert "DS106" in app.last_report and not out.exists()
-            await pilot.press("q")
-
-    asyncio.run(scenario())
+    said = _press_r(path, out)
+    # a -9 kill is explained (DS106, host RAM) with a fix: triage says fix it first
+    assert said.startswith("not writing the issue: the analysis explains"), said
+    assert "DS106" in said and not out.exists()
 
 
 def test_key_r_writes_the_report_of_a_failure_dsdoctor_cannot_fix(tmp_path):
     pytest.importorskip("textual")
-    import asyncio
     import shutil
-
-    from dsdoctor.watch.app import WatchApp
 
     # both ranks died on a NameError (a real log, DeepSpeed#618): a bug report is what is left
     path = tmp_path / "train.log"
     shutil.copy(Path(__file__).parent / "data" / "real_logs_extra"
                 / "negative__ds618-launcher-nameerror-returns-zero.log", path)
     out = tmp_path / "issue.md"
-
-    async def scenario():
-        app = WatchApp(Follower([str(path)], args()), poll=0.1)
-        app.report_path = str(out)
-        async with app.run_test() as pilot:
-            await pilot.pause(0.3)
-            await pilot.press("r")
-            for _ in range(300):
-                await pilot.pause(0.1)
-                if app.last_report:
-                    break
-            assert app.last_report == f"wrote the issue report to {out}; review it before filing"
-            await pilot.press("q")
-
-    asyncio.run(scenario())
+    assert _press_r(path, out) == f"wrote the issue report to {out}; review it before filing"
     assert "NameError" in out.read_text(encoding="utf-8")
