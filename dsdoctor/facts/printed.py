@@ -264,7 +264,7 @@ def read_json_block(path: str, line: int) -> dict[str, Any] | None:
                     return None
                 text = text[i + len("json = "):]
             parts.append(text)
-            depth += _brace_delta(text)
+            depth += brace_delta(text)
             if depth <= 0 or n - line > _MAX_BLOCK_LINES:
                 break
     except (OSError, EOFError, ValueError):
@@ -286,7 +286,7 @@ def load_config_json(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _brace_delta(text: str) -> int:
+def brace_delta(text: str) -> int:
     """Net '{' minus '}' outside JSON strings."""
     d, quote, esc = 0, False, False
     for ch in text:

@@ -21,6 +21,7 @@ from typing import Any
 from dsdoctor.cli.env import details, fence
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import config_bytes
+from dsdoctor.facts.printed import brace_delta
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
@@ -111,29 +112,10 @@ def _read_braced_block(path: str, line: int) -> str | None:
             text = text[text.index("json = {") + len("json = "):]
             started = True
         out.append(text)
-        depth += _brace_delta(text)
+        depth += brace_delta(text)
         if depth <= 0 or len(out) >= _MAX_PRINTED_CONFIG_LINES:
             break
     return "\n".join(out) if out and depth <= 0 else None
-
-
-def _brace_delta(text: str) -> int:
-    d = 0
-    in_str = False
-    esc = False
-    for ch in text:
-        if in_str:
-            esc = (ch == "\\") and not esc
-            if ch == '"' and not esc:
-                in_str = False
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch == "{":
-            d += 1
-        elif ch == "}":
-            d -= 1
-    return d
 
 
 def _same_file(a: str | None, b: str) -> bool:
