@@ -148,13 +148,18 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not peft:
         return
     pos = acc.locate("fsdp_config.fsdp_use_orig_params")
+    # PEFT's own "trainable params: ... || all params: ..." line proves adapters: quote it
+    lf = ctx.log_facts
+    peft_ev = (lf.peft_params_ev,) if lf is not None and lf.peft_params_ev is not None \
+        and ctx.run.peft is not None and ctx.run.peft.source.kind == "log-banner" else ()
     yield finding(
         "The Accelerate config runs FSDP with fsdp_use_orig_params: true, and the run trains "
-        "PEFT adapters: with the original parameters exposed, FSDP keeps full gradients/optimizer "
+        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: with the original parameters exposed, FSDP keeps full gradients/optimizer "
         "bookkeeping for frozen and trainable weights alike, so PEFT saves little GPU memory "
         "(PEFT's FSDP guide: it must be false, with PEFT's fsdp_auto_wrap_policy wrapping "
         "trainable and frozen parameters apart).",
         path="fsdp_config.fsdp_use_orig_params", file=acc.path, line=pos.line if pos else None,
+        evidence=peft_ev,
         fix="set fsdp_config.fsdp_use_orig_params from true to false in the Accelerate config "
             "(and use peft's fsdp_auto_wrap_policy)")
 
