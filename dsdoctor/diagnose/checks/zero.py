@@ -4,12 +4,15 @@ ZeRO-3 16-bit save (DS314).
 
 from __future__ import annotations
 
+import re
+
 from typing import Any, Iterator
 
 from dsdoctor.diagnose.checks.common import (
     device_name,
     finding,
     show_json,
+    truthy_arg,
     written_stage,
 )
 from dsdoctor.facts.context import Context
@@ -105,9 +108,33 @@ def lamb_with_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # ------------------------------------------------------------ DS314 stage-3 16-bit save
 
+_TRAINS = re.compile(r"\.backward\(|\.step\(\)|\btrainer\.train\(|\.train\(\)|save_(?:16bit_)?model\(|save_checkpoint\(")
+_INFERS = re.compile(r"\.generate\(|\.eval\(\)|torch\.no_grad\(|torch\.inference_mode\(")
+
+
+def inference_only(ctx: Context) -> str | None:
+    """Why this run only infers (ZeRO Inference: nothing trained, nothing saved), else None.
+
+    The scripts given with --script infer (generate / eval / no_grad) and nothing in them trains
+    or saves; or the Trainer arguments ask for --do_eval/--do_predict without --do_train.
+    """
+    if ctx.script_sources:
+        texts = list(ctx.script_sources.values())
+        trains = any(_TRAINS.search(t) for t in texts) or any(
+            sc.trainers or sc.training_args for sc in ctx.scripts)
+        if not trains and any(_INFERS.search(t) for t in texts):
+            return "the script only runs inference"
+        return None
+    args = ctx.trainer_args
+    if not truthy_arg(args.get("do_train", False)) and (
+            truthy_arg(args.get("do_eval", False)) or truthy_arg(args.get("do_predict", False))):
+        return "--do_eval/--do_predict without --do_train"
+    return None
+
+
 def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
     """ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saves hold placeholders."""
-    if written_stage(ctx) != 3:
+    if written_stage(ctx) != 3 or inference_only(ctx):
         return
     key = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
     old_key = "zero_optimization.stage3_gather_fp16_weights_on_model_save"
