@@ -108,7 +108,7 @@ def lamb_with_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # ------------------------------------------------------------ DS314 stage-3 16-bit save
 
-_TRAINS = re.compile(r"\.backward\(|\.step\(\)|\btrainer\.train\(|\.train\(\)|save_(?:16bit_)?model\(|save_checkpoint\(")
+TRAINS = re.compile(r"\.backward\(|\.step\(\)|\btrainer\.train\(|\.train\(\)|save_(?:16bit_)?model\(|save_checkpoint\(")
 _INFERS = re.compile(r"\.generate\(|\.eval\(\)|torch\.no_grad\(|torch\.inference_mode\(")
 
 
@@ -120,7 +120,7 @@ def inference_only(ctx: Context) -> str | None:
     """
     if ctx.script_sources:
         texts = list(ctx.script_sources.values())
-        trains = any(_TRAINS.search(t) for t in texts) or any(
+        trains = any(TRAINS.search(t) for t in texts) or any(
             sc.trainers or sc.training_args for sc in ctx.scripts)
         if not trains and any(_INFERS.search(t) for t in texts):
             return "the script only runs inference"
