@@ -170,7 +170,9 @@ def _quant_storage(ctx: Context) -> tuple[str | None, str]:
     """(bnb_4bit_quant_storage dtype, where it was seen)."""
     for k in ("bnb_4bit_quant_storage_dtype", "bnb_4bit_quant_storage"):
         if k in ctx.trainer_args:
-            return str(ctx.trainer_args[k]).replace("torch.", ""), f"--{k}"
+            # a dtype name never holds quotes: a command line's '"float32"' read without shell
+            # quoting (the last quoted argument of a pasted launch line) is still float32
+            return str(ctx.trainer_args[k]).strip("'\" ").replace("torch.", ""), f"--{k}"
     for sf in ctx.scripts:
         for d in getattr(sf, "dtypes", ()):
             if d.key == "bnb_4bit_quant_storage" and d.value:
