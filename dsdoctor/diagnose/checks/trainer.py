@@ -25,6 +25,7 @@ from dsdoctor.diagnose.checks.common import (
 from dsdoctor.diagnose.checks.runfacts import package_version, world_size, zero_stage
 from dsdoctor.facts import dskeys
 from dsdoctor.facts.context import Context
+from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding
 
 # ------------------------------------------------------ DS202 ZeRO-3 generate without synced_gpus
@@ -358,6 +359,21 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     return out
 
 
+def _trainer_from_launch(ctx: Context) -> str:
+    """Why a launch command alone says the HF Trainer runs, or ''.
+
+    ``--deepspeed ds.json`` after the script is how TrainingArguments takes its DeepSpeed
+    config; DeepSpeed-Chat and scripts using ``deepspeed.add_config_arguments`` pass a bare
+    ``--deepspeed`` flag or ``--deepspeed_config``, so only a .json/.yaml value counts.
+    """
+    for la in launches(ctx):
+        path = la.ds_config
+        if la.launcher != "accelerate" and isinstance(path, str) \
+                and path.endswith((".json", ".yaml", ".yml")):
+            return f"{la.location} passes --deepspeed {path} to the script"
+    return ""
+
+
 def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Config values that differ from the Trainer's arguments (the Trainer refuses to start)."""
     # A config the engine printed in the log already passed the Trainer's own check (the
@@ -365,10 +381,11 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     # default arguments can only be wrong.
     if ctx.ds_source == "log":
         return
-    if ctx.run.value("uses_trainer") and ctx.ds is not None and ctx.trainer_args:
+    inferred = _trainer_from_launch(ctx) if ctx.run.value("uses_trainer") is None else ""
+    if (ctx.run.value("uses_trainer") or inferred) and ctx.ds is not None and ctx.trainer_args:
         for ds_key, hf_name, hf_val, explicit in _pairs(ctx):
-            if not ctx.cfg_has(ds_key):
-                continue
+            if not ctx.cfg_has(ds_key) or (inferred and not explicit):
+                continue  # inferred Trainer: compare only what the command line states
             ds_val = ctx.cfg_get(ds_key)
             if ds_val == "auto" or ds_val is None or same_value(ds_val, hf_val):
                 continue
@@ -392,11 +409,15 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
             else:
                 # "auto" is what the Trainer wants: it then takes the argument's value.
                 change = {"op": "set", "path": ds_key, "old": ds_val, "new": "auto"}
+            if inferred:
+                text += (f" (The Trainer is inferred: {inferred}. DeepSpeed-Chat-style scripts "
+                         "take the same flags and ignore them for DeepSpeed; give --script "
+                         "train.py to confirm.)")
             yield finding(
-                text, path=ds_key, severity="" if explicit else "warning",
+                text, path=ds_key, severity="warning" if inferred or not explicit else "",
                 fix=f"set {ds_key} from {shown} to \"auto\" (the Trainer fills in {hf_name}) or "
                     f"to {show_json(hf_val)}",
-                change=change)
+                change=None if inferred else change)
     # Accelerate: its mixed_precision must agree with the DeepSpeed config file it points to.
     acc = ctx.accelerate
     if acc is not None and acc.deepspeed is not None and not acc.deepspeed.synthesized:
