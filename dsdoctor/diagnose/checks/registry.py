@@ -57,6 +57,7 @@ CHECKS: dict[str, CheckFn] = {
     "qlora_zero3_cpu_offload": qlora.qlora_zero3_cpu_offload,  # DS210
     "setup_does_not_fit": preflight.setup_does_not_fit,  # DS211
     "offload_not_needed": preflight.offload_not_needed,  # DS212
+    "zero_inference_below_stage3": zero.zero_inference_below_stage3,  # DS213
     "duplicate_keys": config_keys.duplicate_keys,  # DS301
     "unknown_keys_ignored": config_keys.unknown_keys_ignored,  # DS302
     "unknown_keys_rejected": config_keys.unknown_keys_rejected,  # DS303

@@ -155,3 +155,26 @@ def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
         # save time, which a run that saves fine today might not have room for.
         fix=f"set {key} to true (costs one gather of the full 16-bit model into rank 0's CPU "
             f"memory at save time)")
+
+
+# ------------------------------------------------------------ DS213 ZeRO Inference below stage 3
+
+def zero_inference_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS213: an inference-only run on ZeRO-1/2, which partition nothing inference holds."""
+    stage = written_stage(ctx)
+    if stage not in (1, 2):
+        return
+    why = inference_only(ctx)
+    if not why:
+        return
+    yield finding(
+        f"This run only infers ({why}) with ZeRO stage {stage}. ZeRO-1 and ZeRO-2 partition "
+        "optimizer states and gradients, which inference does not have, so every GPU still "
+        "holds the whole model: no memory is saved. ZeRO Inference needs the ZeRO-3 config "
+        "(parameters partitioned, optionally offloaded with offload_param).",
+        path="zero_optimization.stage",
+        fix="set zero_optimization.stage from {0} to 3 (add offload_param device cpu if the "
+            "shards still do not fit), or run without DeepSpeed if the model fits one GPU"
+            .format(stage),
+        change={"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
+        if ctx.cfg_has("zero_optimization.stage") else None)
