@@ -58,6 +58,7 @@ CHECKS: dict[str, CheckFn] = {
     "setup_does_not_fit": preflight.setup_does_not_fit,  # DS211
     "offload_not_needed": preflight.offload_not_needed,  # DS212
     "zero_inference_below_stage3": zero.zero_inference_below_stage3,  # DS213
+    "scheduler_type_ignored": trainer.scheduler_type_ignored,  # DS214
     "duplicate_keys": config_keys.duplicate_keys,  # DS301
     "unknown_keys_ignored": config_keys.unknown_keys_ignored,  # DS302
     "unknown_keys_rejected": config_keys.unknown_keys_rejected,  # DS303

@@ -435,3 +435,38 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
                     path=f"{other}.enabled", file=ds.path, line=ds.line(f"{other}.enabled"),
                     fix=f"make them agree: mixed_precision: {other} in {acc.path}, or "
                         f"{prec}.enabled true and {other}.enabled false in {ds.path}")
+
+
+# ------------------------------------------------------- DS214 --lr_scheduler_type overridden
+
+#: DeepSpeed scheduler -> the Trainer's --lr_scheduler_type that computes the same schedule
+#: (the Transformers DeepSpeed guide, "Scheduler").
+_SAME_SCHEDULE = {"warmuplr": "constant_with_warmup", "warmupdecaylr": "linear"}
+
+
+def scheduler_type_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS214: the config's scheduler replaces an explicit, different --lr_scheduler_type."""
+    if ctx.ds_source == "log" or ctx.ds is None:
+        return
+    inferred = _trainer_from_launch(ctx) if ctx.run.value("uses_trainer") is None else ""
+    if not (ctx.run.value("uses_trainer") or inferred):
+        return
+    ds_type = ctx.cfg_get("scheduler.type")
+    hf_type, explicit = _arg(ctx, "lr_scheduler_type")
+    if not isinstance(ds_type, str) or ds_type == "auto" or not explicit or not hf_type:
+        return
+    hf = str(hf_type).strip("'\" ").lower().removeprefix("schedulertype.")
+    # "linear" is the Trainer's default: a printed TrainingArguments shows it unasked
+    if hf == "linear" or _SAME_SCHEDULE.get(ds_type.lower()) == hf:
+        return
+    same = _SAME_SCHEDULE.get(ds_type.lower())
+    yield finding(
+        f"The DeepSpeed config has a scheduler section ({ds_type}), so the Trainer uses "
+        f"DeepSpeed's {ds_type} and silently ignores --lr_scheduler_type {hf}: the learning rate "
+        f"does not follow the schedule the command line asks for"
+        + (f" ({ds_type} is the Trainer's {same})." if same else ".")
+        + (f" (The Trainer is inferred: {inferred}.)" if inferred else ""),
+        path="scheduler.type",
+        fix=f"delete the scheduler section so the Trainer builds {hf} from its arguments, or "
+            f"drop --lr_scheduler_type {hf} and keep {ds_type}",
+        severity="warning")
