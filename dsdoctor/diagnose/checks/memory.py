@@ -277,3 +277,38 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
         path="zero_optimization.reduce_bucket_size" if ctx.cfg_has("zero_optimization.reduce_bucket_size")
         else "zero_optimization.overlap_comm",
         fix=fix)
+
+
+# ------------------------------------------------------------ DS215 one GPU, large buckets
+
+SINGLE_GPU_BUCKET = 2e8
+
+
+def single_gpu_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS215: ZeRO-2 on one GPU with buckets above the guide's 2e8."""
+    if zero_stage(ctx) != 2 or world_size(ctx) != 1:
+        return
+    # Advice for a run meant for one GPU: not when another input shows more ranks (a resume on
+    # fewer ranks is DS119's), nor while a failure is what the log is about
+    if any(c.fact == "world_size" for c in ctx.run.conflicts) or ctx.has_symptom("checkpoint-error"):
+        return
+    big = []
+    for key in ("allgather_bucket_size", "reduce_bucket_size"):
+        v = ctx.cfg_get(f"zero_optimization.{key}")
+        n = as_numlike(v) if v not in (None, "auto") else float(DEFAULT_BUCKET)
+        if n is not None and n > SINGLE_GPU_BUCKET:
+            big.append((key, v, n))
+    if not big:
+        return
+    said = ", ".join(f"{k} {'not set (default 5e8)' if v is None else v}" for k, v, _ in big)
+    path = "zero_optimization." + big[-1][0]
+    yield finding(
+        f"ZeRO-2 on a single GPU (world size 1) with {said}. The Transformers DeepSpeed guide "
+        "sets allgather_bucket_size and reduce_bucket_size to 2e8 on one GPU for better "
+        "performance: there is nothing to overlap with other ranks, and smaller buckets leave "
+        "more GPU memory for the batch.",
+        path=path,
+        fix="set " + " and ".join(f"zero_optimization.{k}" for k, _, _ in big) + " to 2e8",
+        severity="info",
+        change={"op": "set", "path": path, "old": big[-1][1], "new": 2e8}
+        if big[-1][1] is not None and big[-1][1] != "auto" else None)

@@ -59,6 +59,7 @@ CHECKS: dict[str, CheckFn] = {
     "offload_not_needed": preflight.offload_not_needed,  # DS212
     "zero_inference_below_stage3": zero.zero_inference_below_stage3,  # DS213
     "scheduler_type_ignored": trainer.scheduler_type_ignored,  # DS214
+    "single_gpu_buckets": memory.single_gpu_buckets,  # DS215
     "duplicate_keys": config_keys.duplicate_keys,  # DS301
     "unknown_keys_ignored": config_keys.unknown_keys_ignored,  # DS302
     "unknown_keys_rejected": config_keys.unknown_keys_rejected,  # DS303
