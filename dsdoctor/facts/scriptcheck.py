@@ -264,7 +264,7 @@ class _Bindings:
     sync_dicts: set[str]
 
     @classmethod
-    def of(cls, tree: ast.AST) -> "_Bindings":
+    def of(cls, tree: ast.AST) -> _Bindings:
         dtype_values: dict[str, set[str | None]] = {}
         input_like: dict[str, bool] = {}
         sync: set[str] = set()

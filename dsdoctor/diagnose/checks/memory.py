@@ -27,8 +27,8 @@ from dsdoctor.diagnose.checks.runfacts import (
 )
 from dsdoctor.diagnose.checks.zero import TRAINS
 from dsdoctor.facts.context import Context
-from dsdoctor.facts.run_sources import launches
 from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
+from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding
 
 # ----------------------------------------------------------------------------- DS106 CPU OOM

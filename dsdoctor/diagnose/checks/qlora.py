@@ -154,7 +154,8 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
         and ctx.run.peft is not None and ctx.run.peft.source.kind == "log-banner" else ()
     yield finding(
         "The Accelerate config runs FSDP with fsdp_use_orig_params: true, and the run trains "
-        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: with the original parameters exposed, FSDP keeps full gradients/optimizer "
+        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: with "
+        "the original parameters exposed, FSDP keeps full gradients/optimizer "
         "bookkeeping for frozen and trainable weights alike, so PEFT saves little GPU memory "
         "(PEFT's FSDP guide: it must be false, with PEFT's fsdp_auto_wrap_policy wrapping "
         "trainable and frozen parameters apart).",

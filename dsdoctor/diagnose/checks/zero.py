@@ -5,7 +5,6 @@ ZeRO-3 16-bit save (DS314).
 from __future__ import annotations
 
 import re
-
 from typing import Any, Iterator
 
 from dsdoctor.diagnose.checks.common import (
@@ -173,8 +172,7 @@ def zero_inference_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
         "holds the whole model: no memory is saved. ZeRO Inference needs the ZeRO-3 config "
         "(parameters partitioned, optionally offloaded with offload_param).",
         path="zero_optimization.stage",
-        fix="set zero_optimization.stage from {0} to 3 (add offload_param device cpu if the "
-            "shards still do not fit), or run without DeepSpeed if the model fits one GPU"
-            .format(stage),
+        fix=f"set zero_optimization.stage from {stage} to 3 (add offload_param device cpu if the "
+            "shards still do not fit), or run without DeepSpeed if the model fits one GPU",
         change={"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
         if ctx.cfg_has("zero_optimization.stage") else None)
