@@ -181,6 +181,7 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
             from None
     v = _Visitor(source if isinstance(source, str) else source.decode("utf-8", "replace"))
     try:
+        v.bindings = _Bindings.of(tree)
         v.visit(tree)
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to analyze; pass the training script") \
@@ -206,12 +207,25 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
-def _dtype_literal(node: ast.AST) -> str | None:
-    """'bfloat16' for torch.bfloat16 / "bfloat16" / torch.bf16-like spellings, else None."""
+def _dtype_literal(node: ast.AST, names: dict[str, str] | None = None) -> str | None:
+    """'bfloat16' for torch.bfloat16 / "bfloat16" / torch.bf16-like spellings, else None.
+
+    ``names`` resolves a variable the script assigns one literal dtype (``quant_storage_dtype =
+    torch.bfloat16``), ``x or torch.float32`` takes ``x`` when it resolves (a dtype is truthy),
+    and ``getattr(torch, "bfloat16")`` reads its literal name.
+    """
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         name = node.value
     elif isinstance(node, ast.Attribute):
         name = node.attr
+    elif isinstance(node, ast.Name) and names is not None:
+        return names.get(node.id)
+    elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and node.values:
+        return _dtype_literal(node.values[0], names)
+    elif isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) == 2 \
+            and _dotted(node.args[0]) == "torch" and isinstance(node.args[1], ast.Constant) \
+            and isinstance(node.args[1].value, str):
+        name = node.args[1].value
     else:
         return None
     name = name.removeprefix("torch.")
@@ -220,6 +234,75 @@ def _dtype_literal(node: ast.AST) -> str | None:
 
 
 _NOT_LITERAL = object()
+_DTYPE_NAMES = {"bfloat16", "float16", "float32", "float64", "uint8", "int8"}
+
+# Calls whose result is a model's input batch (a tokenizer's BatchEncoding, a processor's output):
+# ``generate(**inputs)`` with such a dict cannot carry ``synced_gpus``.
+_INPUT_MAKERS = ("tokenizer", "tokenize", "processor", "encode", "collator", "apply_chat_template")
+
+
+@dataclass
+class _Bindings:
+    """What the script binds to plain names, read in one pass before the visit (order-free).
+
+    ``dtypes``: names assigned one literal dtype everywhere (a name also assigned anything else
+    is left out: its value depends on the path taken). ``inputs``: names only ever bound to
+    a tokenizer/processor output or a loop over batches. ``sync_dicts``: names a ``synced_gpus``
+    key is put into (a dict display, ``dict(synced_gpus=...)``, ``d["synced_gpus"] = ...``).
+    """
+
+    dtypes: dict[str, str]
+    inputs: set[str]
+    sync_dicts: set[str]
+
+    @classmethod
+    def of(cls, tree: ast.AST) -> _Bindings:
+        dtype_values: dict[str, set[str | None]] = {}
+        input_like: dict[str, bool] = {}
+        sync: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        dtype_values.setdefault(t.id, set()).add(_dtype_literal(node.value))
+                        input_like[t.id] = input_like.get(t.id, True) and _makes_inputs(node.value)
+                        if _mentions_synced_gpus(node.value):
+                            sync.add(t.id)
+                    elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
+                            and isinstance(t.slice, ast.Constant) and t.slice.value == "synced_gpus":
+                        sync.add(t.value.id)
+            elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
+                # for batch in dataloader: a data batch, never generation options
+                input_like[node.target.id] = input_like.get(node.target.id, True)
+                dtype_values.setdefault(node.target.id, set()).add(None)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "update" and isinstance(node.func.value, ast.Name) \
+                    and _mentions_synced_gpus(node):
+                sync.add(node.func.value.id)
+        dtypes = {k: next(iter(v)) for k, v in dtype_values.items() if len(v) == 1 and None not in v}
+        return cls({k: v for k, v in dtypes.items() if v in _DTYPE_NAMES},
+                   {k for k, ok in input_like.items() if ok}, sync)
+
+
+def _makes_inputs(value: ast.AST) -> bool:
+    """``tokenizer(...)``, ``tokenizer(...).to(device)``, ``processor(images=...)``."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr in ("to", "cuda"):
+        value = value.func.value
+    if not isinstance(value, ast.Call):
+        return False
+    callee = _dotted(value.func).lower()
+    return any(m in callee for m in _INPUT_MAKERS)
+
+
+def _mentions_synced_gpus(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and sub.value == "synced_gpus":
+            return True
+        if isinstance(sub, ast.keyword) and sub.arg == "synced_gpus":
+            return True
+    return False
 
 
 def _literal(node: ast.AST) -> Any:
@@ -248,6 +331,9 @@ class _Visitor(ast.NodeVisitor):
         self.training_arg_values: list[tuple[str, Any, int]] = []
         self.quant_4bit: list[Site] = []
         self._kept: set[int] = set()  # id() of Call nodes whose value is stored
+        self.bindings = _Bindings({}, set(), set())
+        # names bound to HfArgumentParser(...) objects whose dataclasses include TrainingArguments
+        self._ta_parsers: set[str] = set()
 
     # ----------------------------------------------------------------------- helpers
     def _site(self, node: ast.AST) -> Site:
@@ -289,6 +375,8 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self._mark_kept(node.value)
+        if isinstance(node.value, ast.Call) and _is_ta_parser(node.value):
+            self._ta_parsers.update(t.id for t in node.targets if isinstance(t, ast.Name))
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
@@ -310,7 +398,8 @@ class _Visitor(ast.NodeVisitor):
         callee = _dotted(node.func)
         last = callee.split(".")[-1] if callee else ""
         kw = {k.arg: k.value for k in node.keywords if k.arg}
-        has_kwargs = any(k.arg is None for k in node.keywords)
+        # ``**x`` may carry synced_gpus unless x is known to be a tokenizer output / data batch
+        has_kwargs = any(k.arg is None and not self._plain_inputs(k.value) for k in node.keywords)
         if isinstance(node.func, ast.Attribute) and node.func.attr == "generate":
             sg = kw.get("synced_gpus")
             val: bool | str | None
@@ -330,7 +419,8 @@ class _Visitor(ast.NodeVisitor):
                 self.from_pretrained.append(site)
                 if "PeftModel" in receiver:
                     self.uses_peft = True
-                self.dtypes.extend(DtypeUse(site, key, _dtype_literal(kw[key]))
+                self.dtypes.extend(DtypeUse(site, key,
+                                            _dtype_literal(kw[key], self.bindings.dtypes))
                                    for key in ("torch_dtype", "dtype") if key in kw)
         elif last in _TRAINING_ARGS:
             self.training_args.append(self._site(node))
@@ -338,6 +428,11 @@ class _Visitor(ast.NodeVisitor):
                 lit = _literal(value)
                 if lit is not _NOT_LITERAL:
                     self.training_arg_values.append((key, lit, getattr(value, "lineno", node.lineno)))
+        elif last in _PARSE_METHODS and isinstance(node.func, ast.Attribute) \
+                and (_dotted(node.func.value) in self._ta_parsers
+                     or (isinstance(node.func.value, ast.Call) and _is_ta_parser(node.func.value))):
+            # HfArgumentParser((..., TrainingArguments)).parse_*(): TrainingArguments made here
+            self.training_args.append(self._site(node))
         elif last in _TRAINER_CLASSES:
             self.trainers.append(self._site(node))
         elif last == "Accelerator":
@@ -353,10 +448,29 @@ class _Visitor(ast.NodeVisitor):
                 last in ("BitsAndBytesConfig", "from_pretrained"):
             self.quant_4bit.append(self._site(node))
         if last == "BitsAndBytesConfig":
-            self.dtypes.extend(DtypeUse(self._site(node), key, _dtype_literal(kw[key]))
+            self.dtypes.extend(DtypeUse(self._site(node), key,
+                                       _dtype_literal(kw[key], self.bindings.dtypes))
                                for key in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype")
                                if key in kw)
         self.generic_visit(node)
+
+    def _plain_inputs(self, value: ast.AST) -> bool:
+        """``**inputs`` bound only to a tokenizer/processor output or a data batch."""
+        if isinstance(value, ast.Name):
+            return value.id in self.bindings.inputs and value.id not in self.bindings.sync_dicts
+        return _makes_inputs(value)
+
+
+_PARSE_METHODS = {"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict"}
+
+
+def _is_ta_parser(call: ast.Call) -> bool:
+    """``HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))`` or one class."""
+    if _dotted(call.func).split(".")[-1] != "HfArgumentParser" or not call.args:
+        return False
+    first = call.args[0]
+    classes = first.elts if isinstance(first, (ast.Tuple, ast.List)) else [first]
+    return any(_dotted(c).split(".")[-1] in _TRAINING_ARGS for c in classes)
 
 
 __all__ = ["ScriptFacts", "Site", "GenerateCall", "HfDsConfig", "DtypeUse", "check_script",

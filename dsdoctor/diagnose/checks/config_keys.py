@@ -4,6 +4,7 @@ values (DS319), numbers written as strings (DS318), config vs the printed one (D
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -75,6 +76,14 @@ def _release_story(path: str, value: Any) -> str:
     return "; ".join(parts)
 
 
+#: apex.amp.initialize()'s keywords. DeepSpeed releases that still read "amp" pass every key of
+#: the section but "enabled" to it (runtime/config.py get_amp_params), so these are read.
+_APEX_AMP_KEYWORDS = frozenset({
+    "opt_level", "cast_model_type", "patch_torch_functions", "keep_batchnorm_fp32",
+    "master_weights", "loss_scale", "cast_model_outputs", "num_losses", "verbosity",
+    "min_loss_scale", "max_loss_scale"})
+
+
 def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
     doc = lintable(ctx)
     if doc is None:
@@ -83,8 +92,13 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
     for u in table.check(doc.data):
         if u.rejected != rejected:
             continue
+        if u.section == "amp" and not u.rejected and u.key in _APEX_AMP_KEYWORDS:
+            continue  # handed to apex.amp.initialize(**amp_params): read, not ignored
         value = doc.get(u.path)
         story = _release_story(u.path, value)
+        if u.section == "amp" and not u.rejected:
+            yield _apex_keyword(u.path, u.key, value, table.release)
+            continue
         mean = f" Did you mean '{u.suggestion}'?" if u.suggestion else ""
         change = None
         if u.suggestion and not doc.has(u.suggestion) and u.suggestion.rpartition(".")[0] == u.section:
@@ -96,10 +110,19 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
             mean = (" It is an fp16 setting: bf16 has fp32's exponent range and needs no loss "
                     "scaling, so it does nothing here.")
             change = {"op": "delete", "path": u.path, "old": value}
+        # A top-level section written inside another ("aio" in zero_optimization, as in the
+        # Transformers guide's NVMe example): DeepSpeed reads it only at the top level.
+        misplaced = bool(u.section) and not u.suggestion and u.key in table.top_level \
+            and not doc.has(u.key)
+        if misplaced:
+            mean = (f" '{u.key}' is a top-level section: DeepSpeed reads it only there, so its "
+                    "settings belong at the top level of the config.")
+            change = {"op": "rename", "path": u.path, "new_path": u.key, "old": value}
         if rejected:
             msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason}."
                    f"{mean} ({story}.)")
             fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
+                   else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
                    else f"delete '{u.path}'")
         else:
             effect = ("the whole section is ignored and every key in it takes its default"
@@ -107,8 +130,25 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
             msg = (f"'{u.path}' is not a key DeepSpeed {table.release} reads: {u.reason}, so "
                    f"{effect}.{mean} ({story}.)")
             fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
+                   else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
                    else f"delete '{u.path}' or check the DeepSpeed config documentation for the right name")
         yield finding(msg, path=u.path, fix=fix, change=change)
+
+
+def _apex_keyword(path: str, key: str, value: Any, release: str) -> Finding:
+    """An "amp" key apex.amp.initialize() does not take (DeepSpeed hands it every amp key)."""
+    match = difflib.get_close_matches(key, sorted(_APEX_AMP_KEYWORDS), n=1, cutoff=0.75)
+    mean = f" Did you mean 'amp.{match[0]}'?" if match else ""
+    change = {"op": "rename", "path": path, "new_path": f"amp.{match[0]}", "old": value} \
+        if match else None
+    return finding(
+        f"'{path}' is not an apex.amp.initialize() keyword: DeepSpeed {release} passes every "
+        f"'amp' key but 'enabled' to it (runtime/config.py get_amp_params), so the run stops "
+        f"with a TypeError when Apex AMP starts.{mean}",
+        path=path, change=change,
+        fix=(f"rename '{path}' to 'amp.{match[0]}'" if match
+             else f"delete '{path}' (apex.amp.initialize takes: "
+                  f"{', '.join(sorted(_APEX_AMP_KEYWORDS))})"))
 
 
 def unknown_keys_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:

@@ -12,7 +12,8 @@ from typing import Any
 from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
 from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
 from dsdoctor.facts.context import Context
-from dsdoctor.model import Finding
+from dsdoctor.facts.run_sources import launches
+from dsdoctor.model import Finding, Symptom
 
 # ------------------------------------------------------------------------ DS107 hang/timeouts
 
@@ -315,21 +316,58 @@ def port_in_use(ctx: Context, rule: Any) -> Iterator[Finding]:
     s = ctx.symptom("port-in-use")
     if s is None:
         return
-    port = vals(s, "port", "first")
-    p = port if isinstance(port, int) else 29500
     launch = log_facts(ctx).best_launch()
     launcher = launch.launcher if launch else None
-    flag = {"deepspeed": f"deepspeed --master_port {p + 1} ...",
-            "torchrun": f"torchrun --master_port {p + 1} ...",
-            "accelerate": f"accelerate launch --main_process_port {p + 1} ..."}.get(
-        launcher or "", f"--master_port {p + 1} (deepspeed/torchrun), --main_process_port "
-                        f"{p + 1} (accelerate), or MASTER_PORT={p + 1}")
+    port, where = _rendezvous_port(ctx, s)
+    if port is None:
+        # No input names the port: do not print 29500 as if it were this run's
+        yield finding(
+            f"The rendezvous port (MASTER_PORT; 29500 unless the launcher or the environment "
+            f"sets another) is already in use (line {s.first.line}): another job, or ranks of an "
+            "earlier run that did not exit, hold it. The log does not say which port.",
+            fix="Stop the old processes (lsof -i :$MASTER_PORT / nvidia-smi), or set another free "
+                "port: MASTER_PORT=<port> (a notebook: os.environ[\"MASTER_PORT\"]), --master_port "
+                "<port> (deepspeed/torchrun), --main_process_port <port> (accelerate).",
+            path="master_port", evidence=s.evidence)
+        return
+    nxt = port + 1
+    flag = {"deepspeed": f"deepspeed --master_port {nxt} ...",
+            "torchrun": f"torchrun --master_port {nxt} ...",
+            "accelerate": f"accelerate launch --main_process_port {nxt} ..."}.get(
+        launcher or "", f"--master_port {nxt} (deepspeed/torchrun), --main_process_port "
+                        f"{nxt} (accelerate), or MASTER_PORT={nxt}")
+    if where.startswith("os.environ"):
+        flag = f"change {where} to another free port, e.g. \"{nxt}\""
     yield finding(
-        f"The rendezvous port {p if isinstance(port, int) else '(29500 by default)'} is already "
-        f"in use (line {s.first.line}): another job, or ranks of an earlier run that did not "
-        "exit, hold it.",
-        fix=f"Stop the old processes (lsof -i :{p} / nvidia-smi), or use another port: {flag}.",
+        f"The rendezvous port {port} ({where}) is already in use (line {s.first.line}): "
+        "another job, or ranks of an earlier run that did not exit, hold it.",
+        fix=f"Stop the old processes (lsof -i :{port} / nvidia-smi), or use another port: {flag}.",
         path="master_port", evidence=s.evidence)
+
+
+_ENV_PORT = re.compile(r"""environ\[\s*["']MASTER_PORT["']\s*\]\s*=\s*["']?(\d{2,5})""")
+
+
+def _rendezvous_port(ctx: Context, s: Symptom) -> tuple[int | None, str]:
+    """The port that was taken and who says so: the error line, the launch command, the env
+    snapshot's MASTER_PORT, or a script (a notebook) setting os.environ["MASTER_PORT"]."""
+    port = vals(s, "port", "first")
+    if isinstance(port, int):
+        return port, "named in the error"
+    for la in launches(ctx):
+        for opt in ("master_port", "main_process_port"):
+            v = la.launcher_options.get(opt)
+            if v is not None and str(v).isdigit():
+                return int(v), f"--{opt} at {la.location}"
+    env_port = ((ctx.env or {}).get("env_vars") or {}).get("MASTER_PORT")
+    if env_port is not None and str(env_port).isdigit():
+        return int(env_port), "MASTER_PORT in the environment"
+    for path, text in ctx.script_sources.items():
+        m = _ENV_PORT.search(text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            return int(m.group(1)), f'os.environ["MASTER_PORT"] at {path}:{line}'
+    return None, ""
 
 
 # -------------------------------------------------------------------- DS113 rank exited non-zero

@@ -26,8 +26,10 @@ from dsdoctor.diagnose.checks.runfacts import (
     world_size,
     zero_stage,
 )
+from dsdoctor.diagnose.checks.zero import TRAINS
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
+from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding
 
 # ----------------------------------------------------------------------------- DS106 CPU OOM
@@ -48,14 +50,10 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     stage = zero_stage(ctx)
     total, largest, src = param_count(ctx)
     ram = cpu_ram_bytes(ctx)
-    launch = lf.best_launch()
-    script = (launch.script if launch else None) or ""
-    if "zero_to_fp32" in script or any("zero_to_fp32" in e.text for e in s.evidence):
-        bits.append("zero_to_fp32.py needs about twice the final fp32 weights in RAM.")
-        gather = ctx.cfg_get("zero_optimization.stage3_gather_16bit_weights_on_model_save")
-        fixes.append("run zero_to_fp32.py on a machine with more RAM"
-                     + ("" if gather is True else ", or save 16-bit weights directly "
-                        "(stage3_gather_16bit_weights_on_model_save: true)"))
+    conversion = _zero_to_fp32_run(ctx, s)
+    if conversion:
+        yield _zero_to_fp32_killed(ctx, rule, s, conversion, total, src, ram)
+        return
     if (opt == "cpu" or par == "cpu") and total:
         gpus = ctx.env_get("gpus")
         per_node = len(gpus) if isinstance(gpus, list) and gpus else (world_size(ctx) or 1)
@@ -94,6 +92,60 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     yield finding(" ".join(bits), fix="; ".join(fixes) + ".",
                   path="zero_optimization.offload_optimizer.device" if opt == "cpu" else None,
                   evidence=s.evidence)
+
+
+def _zero_to_fp32_run(ctx: Context, s: Any) -> str:
+    """Where the killed process is shown to be DeepSpeed's zero_to_fp32.py conversion, or ''."""
+    for ev in s.evidence:
+        if "zero_to_fp32" in ev.text:
+            return f"{ev.file}:{ev.line}"
+    for la in launches(ctx):  # a shell script (--script run.sh) or a pasted command runs it
+        if la.script and "zero_to_fp32" in la.script:
+            return la.location
+    launch = log_facts(ctx).best_launch()
+    if launch is not None and launch.script and "zero_to_fp32" in launch.script:
+        return launch.evidence.location
+    for path, text in ctx.script_sources.items():
+        if "zero_to_fp32" in path:
+            return path
+        # a script of its own that converts (deepspeed.utils.zero_to_fp32's functions) and
+        # trains nothing: the conversion is what fills the RAM
+        at = text.find("zero_to_fp32")
+        if at >= 0 and not TRAINS.search(text):
+            return f"{path}:{text.count(chr(10), 0, at) + 1}"
+    return ""
+
+
+def _zero_to_fp32_killed(ctx: Context, rule: Any, s: Any, where: str, total: int | None,
+                         src: str, ram: int | None) -> Finding:
+    """DS106 for the offline conversion: the guide's 2x-the-fp32-weights RAM figure, not start-up
+    advice (nothing is trained or partitioned here)."""
+    bits = [f"zero_to_fp32.py ({where}) was killed for host RAM (line {s.first.line}: "
+            f"{s.first.text[:80]!r}). It rebuilds the full fp32 weights on one machine from every "
+            "rank's shards and needs about twice the final fp32 weights in RAM (the Transformers "
+            "DeepSpeed guide)."]
+    fixes = []
+    if total:
+        need = 2 * 4 * total
+        bits.append(f"For {total:,} parameters ({src}) that is 2 x {gib(4 * total)} = "
+                    f"about {gib(need)}.")
+        if isinstance(ram, int):
+            bits.append(f"This machine has {gib(ram)}"
+                        + (", less than that." if ram < need else
+                           "; other processes held the rest, or the figure is a floor."))
+        fixes.append(f"run zero_to_fp32.py on a machine with at least {gib(need)} of free RAM")
+    else:
+        ctx.missing(rule.code, "the RAM zero_to_fp32.py needs (2 x the fp32 weights)",
+                    "--model PATH")
+        fixes.append("run zero_to_fp32.py on a machine with at least twice the fp32 model "
+                     "size in free RAM")
+    gather = ctx.cfg_get("zero_optimization.stage3_gather_16bit_weights_on_model_save")
+    if gather is not True and zero_stage(ctx) in (3, None):
+        fixes.append("or, for later runs, save 16-bit weights directly at the end of training "
+                     "(zero_optimization.stage3_gather_16bit_weights_on_model_save: true), "
+                     "so no conversion is needed")
+    fixes.append("and stop other memory users on that machine while it runs")
+    return finding(" ".join(bits), fix="; ".join(fixes) + ".", evidence=s.evidence)
 
 
 # ------------------------------------------------------------ DS203 offload exceeds CPU RAM
@@ -173,6 +225,10 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 
 
+#: DS312 warns when the overlap_comm buckets take this share of the GPU or more.
+BUCKET_SHARE_LIMIT = 0.6
+
+
 def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
     """ZeRO-1/2 overlap_comm holds about 4.5 x (allgather + reduce buckets) in 16-bit values."""
     stage = zero_stage(ctx)
@@ -201,7 +257,9 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not gpu:
         ctx.missing(rule.code, "the overlap_comm buckets against GPU memory", "--env")
         return
-    if need < 0.5 * gpu:
+    # The guide lowers the buckets on GPUs of 8 GB or less and keeps the 5e8 defaults (9 GB) on
+    # 16 GB cards (56%); from 60% of the GPU too little is left for the model and activations.
+    if need < BUCKET_SHARE_LIMIT * gpu:
         return
     suggest = 2e8
     after = overlap_comm_bucket_bytes(suggest, suggest)
@@ -220,3 +278,38 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
         path="zero_optimization.reduce_bucket_size" if ctx.cfg_has("zero_optimization.reduce_bucket_size")
         else "zero_optimization.overlap_comm",
         fix=fix)
+
+
+# ------------------------------------------------------------ DS215 one GPU, large buckets
+
+SINGLE_GPU_BUCKET = 2e8
+
+
+def single_gpu_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS215: ZeRO-2 on one GPU with buckets above the guide's 2e8."""
+    if zero_stage(ctx) != 2 or world_size(ctx) != 1:
+        return
+    # Advice for a run meant for one GPU: not when another input shows more ranks (a resume on
+    # fewer ranks is DS119's), nor while a failure is what the log is about
+    if any(c.fact == "world_size" for c in ctx.run.conflicts) or ctx.has_symptom("checkpoint-error"):
+        return
+    big = []
+    for key in ("allgather_bucket_size", "reduce_bucket_size"):
+        v = ctx.cfg_get(f"zero_optimization.{key}")
+        n = as_numlike(v) if v not in (None, "auto") else float(DEFAULT_BUCKET)
+        if n is not None and n > SINGLE_GPU_BUCKET:
+            big.append((key, v, n))
+    if not big:
+        return
+    said = ", ".join(f"{k} {'not set (default 5e8)' if v is None else v}" for k, v, _ in big)
+    path = "zero_optimization." + big[-1][0]
+    yield finding(
+        f"ZeRO-2 on a single GPU (world size 1) with {said}. The Transformers DeepSpeed guide "
+        "sets allgather_bucket_size and reduce_bucket_size to 2e8 on one GPU for better "
+        "performance: there is nothing to overlap with other ranks, and smaller buckets leave "
+        "more GPU memory for the batch.",
+        path=path,
+        fix="set " + " and ".join(f"zero_optimization.{k}" for k, _, _ in big) + " to 2e8",
+        severity="info",
+        change={"op": "set", "path": path, "old": big[-1][1], "new": 2e8}
+        if big[-1][1] is not None and big[-1][1] != "auto" else None)

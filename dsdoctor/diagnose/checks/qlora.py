@@ -149,13 +149,19 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not peft:
         return
     pos = acc.locate("fsdp_config.fsdp_use_orig_params")
+    # PEFT's own "trainable params: ... || all params: ..." line proves adapters: quote it
+    lf = ctx.log_facts
+    peft_ev = (lf.peft_params_ev,) if lf is not None and lf.peft_params_ev is not None \
+        and ctx.run.peft is not None and ctx.run.peft.source.kind == "log-banner" else ()
     yield finding(
         "The Accelerate config runs FSDP with fsdp_use_orig_params: true, and the run trains "
-        "PEFT adapters: with the original parameters exposed, FSDP keeps full gradients/optimizer "
+        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: with "
+        "the original parameters exposed, FSDP keeps full gradients/optimizer "
         "bookkeeping for frozen and trainable weights alike, so PEFT saves little GPU memory "
         "(PEFT's FSDP guide: it must be false, with PEFT's fsdp_auto_wrap_policy wrapping "
         "trainable and frozen parameters apart).",
         path="fsdp_config.fsdp_use_orig_params", file=acc.path, line=pos.line if pos else None,
+        evidence=peft_ev,
         fix="set fsdp_config.fsdp_use_orig_params from true to false in the Accelerate config "
             "(and use peft's fsdp_auto_wrap_policy)")
 
@@ -166,7 +172,9 @@ def _quant_storage(ctx: Context) -> tuple[str | None, str]:
     """(bnb_4bit_quant_storage dtype, where it was seen)."""
     for k in ("bnb_4bit_quant_storage_dtype", "bnb_4bit_quant_storage"):
         if k in ctx.trainer_args:
-            return str(ctx.trainer_args[k]).replace("torch.", ""), f"--{k}"
+            # a dtype name never holds quotes: a command line's '"float32"' read without shell
+            # quoting (the last quoted argument of a pasted launch line) is still float32
+            return str(ctx.trainer_args[k]).strip("'\" ").replace("torch.", ""), f"--{k}"
     for sf in ctx.scripts:
         for d in getattr(sf, "dtypes", ()):
             if d.key == "bnb_4bit_quant_storage" and d.value:

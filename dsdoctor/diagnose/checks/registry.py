@@ -16,6 +16,7 @@ from dsdoctor.diagnose.checks import (
     memory,
     oom,
     precision,
+    preflight,
     qlora,
     run_sources,
     trainer,
@@ -55,6 +56,11 @@ CHECKS: dict[str, CheckFn] = {
     "qlora_dtype_vs_quant_storage": qlora.qlora_dtype_vs_quant_storage,  # DS208
     "qlora_zero3_versions": qlora.qlora_zero3_versions,  # DS209
     "qlora_zero3_cpu_offload": qlora.qlora_zero3_cpu_offload,  # DS210
+    "setup_does_not_fit": preflight.setup_does_not_fit,  # DS211
+    "offload_not_needed": preflight.offload_not_needed,  # DS212
+    "zero_inference_below_stage3": zero.zero_inference_below_stage3,  # DS213
+    "scheduler_type_ignored": trainer.scheduler_type_ignored,  # DS214
+    "single_gpu_buckets": memory.single_gpu_buckets,  # DS215
     "duplicate_keys": config_keys.duplicate_keys,  # DS301
     "unknown_keys_ignored": config_keys.unknown_keys_ignored,  # DS302
     "unknown_keys_rejected": config_keys.unknown_keys_rejected,  # DS303

@@ -26,6 +26,7 @@ from dsdoctor.diagnose.checks.common import (
 from dsdoctor.diagnose.checks.runfacts import package_version, world_size, zero_stage
 from dsdoctor.facts import dskeys
 from dsdoctor.facts.context import Context
+from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding
 
 # ------------------------------------------------------ DS202 ZeRO-3 generate without synced_gpus
@@ -359,6 +360,21 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     return out
 
 
+def _trainer_from_launch(ctx: Context) -> str:
+    """Why a launch command alone says the HF Trainer runs, or ''.
+
+    ``--deepspeed ds.json`` after the script is how TrainingArguments takes its DeepSpeed
+    config; DeepSpeed-Chat and scripts using ``deepspeed.add_config_arguments`` pass a bare
+    ``--deepspeed`` flag or ``--deepspeed_config``, so only a .json/.yaml value counts.
+    """
+    for la in launches(ctx):
+        path = la.ds_config
+        if la.launcher != "accelerate" and isinstance(path, str) \
+                and path.endswith((".json", ".yaml", ".yml")):
+            return f"{la.location} passes --deepspeed {path} to the script"
+    return ""
+
+
 def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Config values that differ from the Trainer's arguments (the Trainer refuses to start)."""
     # A config the engine printed in the log already passed the Trainer's own check (the
@@ -366,10 +382,11 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     # default arguments can only be wrong.
     if ctx.ds_source == "log":
         return
-    if ctx.run.value("uses_trainer") and ctx.ds is not None and ctx.trainer_args:
+    inferred = _trainer_from_launch(ctx) if ctx.run.value("uses_trainer") is None else ""
+    if (ctx.run.value("uses_trainer") or inferred) and ctx.ds is not None and ctx.trainer_args:
         for ds_key, hf_name, hf_val, explicit in _pairs(ctx):
-            if not ctx.cfg_has(ds_key):
-                continue
+            if not ctx.cfg_has(ds_key) or (inferred and not explicit):
+                continue  # inferred Trainer: compare only what the command line states
             ds_val = ctx.cfg_get(ds_key)
             if ds_val == "auto" or ds_val is None or same_value(ds_val, hf_val):
                 continue
@@ -393,11 +410,15 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
             else:
                 # "auto" is what the Trainer wants: it then takes the argument's value.
                 change = {"op": "set", "path": ds_key, "old": ds_val, "new": "auto"}
+            if inferred:
+                text += (f" (The Trainer is inferred: {inferred}. DeepSpeed-Chat-style scripts "
+                         "take the same flags and ignore them for DeepSpeed; give --script "
+                         "train.py to confirm.)")
             yield finding(
-                text, path=ds_key, severity="" if explicit else "warning",
+                text, path=ds_key, severity="warning" if inferred or not explicit else "",
                 fix=f"set {ds_key} from {shown} to \"auto\" (the Trainer fills in {hf_name}) or "
                     f"to {show_json(hf_val)}",
-                change=change)
+                change=None if inferred else change)
     # Accelerate: its mixed_precision must agree with the DeepSpeed config file it points to.
     acc = ctx.accelerate
     if acc is not None and acc.deepspeed is not None and not acc.deepspeed.synthesized:
@@ -415,3 +436,38 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
                     path=f"{other}.enabled", file=ds.path, line=ds.line(f"{other}.enabled"),
                     fix=f"make them agree: mixed_precision: {other} in {acc.path}, or "
                         f"{prec}.enabled true and {other}.enabled false in {ds.path}")
+
+
+# ------------------------------------------------------- DS214 --lr_scheduler_type overridden
+
+#: DeepSpeed scheduler -> the Trainer's --lr_scheduler_type that computes the same schedule
+#: (the Transformers DeepSpeed guide, "Scheduler").
+_SAME_SCHEDULE = {"warmuplr": "constant_with_warmup", "warmupdecaylr": "linear"}
+
+
+def scheduler_type_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS214: the config's scheduler replaces an explicit, different --lr_scheduler_type."""
+    if ctx.ds_source == "log" or ctx.ds is None:
+        return
+    inferred = _trainer_from_launch(ctx) if ctx.run.value("uses_trainer") is None else ""
+    if not (ctx.run.value("uses_trainer") or inferred):
+        return
+    ds_type = ctx.cfg_get("scheduler.type")
+    hf_type, explicit = _arg(ctx, "lr_scheduler_type")
+    if not isinstance(ds_type, str) or ds_type == "auto" or not explicit or not hf_type:
+        return
+    hf = str(hf_type).strip("'\" ").lower().removeprefix("schedulertype.")
+    # "linear" is the Trainer's default: a printed TrainingArguments shows it unasked
+    if hf == "linear" or _SAME_SCHEDULE.get(ds_type.lower()) == hf:
+        return
+    same = _SAME_SCHEDULE.get(ds_type.lower())
+    yield finding(
+        f"The DeepSpeed config has a scheduler section ({ds_type}), so the Trainer uses "
+        f"DeepSpeed's {ds_type} and silently ignores --lr_scheduler_type {hf}: the learning rate "
+        f"does not follow the schedule the command line asks for"
+        + (f" ({ds_type} is the Trainer's {same})." if same else ".")
+        + (f" (The Trainer is inferred: {inferred}.)" if inferred else ""),
+        path="scheduler.type",
+        fix=f"delete the scheduler section so the Trainer builds {hf} from its arguments, or "
+            f"drop --lr_scheduler_type {hf} and keep {ds_type}",
+        severity="warning")

@@ -4,6 +4,7 @@ ZeRO-3 16-bit save (DS314).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ from dsdoctor.diagnose.checks.common import (
     device_name,
     finding,
     show_json,
+    truthy_arg,
     written_stage,
 )
 from dsdoctor.facts.context import Context
@@ -106,9 +108,33 @@ def lamb_with_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # ------------------------------------------------------------ DS314 stage-3 16-bit save
 
+TRAINS = re.compile(r"\.backward\(|\.step\(\)|\btrainer\.train\(|\.train\(\)|save_(?:16bit_)?model\(|save_checkpoint\(")
+_INFERS = re.compile(r"\.generate\(|\.eval\(\)|torch\.no_grad\(|torch\.inference_mode\(")
+
+
+def inference_only(ctx: Context) -> str | None:
+    """Why this run only infers (ZeRO Inference: nothing trained, nothing saved), else None.
+
+    The scripts given with --script infer (generate / eval / no_grad) and nothing in them trains
+    or saves; or the Trainer arguments ask for --do_eval/--do_predict without --do_train.
+    """
+    if ctx.script_sources:
+        texts = list(ctx.script_sources.values())
+        trains = any(TRAINS.search(t) for t in texts) or any(
+            sc.trainers or sc.training_args for sc in ctx.scripts)
+        if not trains and any(_INFERS.search(t) for t in texts):
+            return "the script only runs inference"
+        return None
+    args = ctx.trainer_args
+    if not truthy_arg(args.get("do_train", False)) and (
+            truthy_arg(args.get("do_eval", False)) or truthy_arg(args.get("do_predict", False))):
+        return "--do_eval/--do_predict without --do_train"
+    return None
+
+
 def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
     """ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saves hold placeholders."""
-    if written_stage(ctx) != 3:
+    if written_stage(ctx) != 3 or inference_only(ctx):
         return
     key = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
     old_key = "zero_optimization.stage3_gather_fp16_weights_on_model_save"
@@ -129,3 +155,25 @@ def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
         # save time, which a run that saves fine today might not have room for.
         fix=f"set {key} to true (costs one gather of the full 16-bit model into rank 0's CPU "
             f"memory at save time)")
+
+
+# ------------------------------------------------------------ DS213 ZeRO Inference below stage 3
+
+def zero_inference_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS213: an inference-only run on ZeRO-1/2, which partition nothing inference holds."""
+    stage = written_stage(ctx)
+    if stage not in (1, 2):
+        return
+    why = inference_only(ctx)
+    if not why:
+        return
+    yield finding(
+        f"This run only infers ({why}) with ZeRO stage {stage}. ZeRO-1 and ZeRO-2 partition "
+        "optimizer states and gradients, which inference does not have, so every GPU still "
+        "holds the whole model: no memory is saved. ZeRO Inference needs the ZeRO-3 config "
+        "(parameters partitioned, optionally offloaded with offload_param).",
+        path="zero_optimization.stage",
+        fix=f"set zero_optimization.stage from {stage} to 3 (add offload_param device cpu if the "
+            "shards still do not fit), or run without DeepSpeed if the model fits one GPU",
+        change={"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
+        if ctx.cfg_has("zero_optimization.stage") else None)
