@@ -7,6 +7,7 @@ import os
 import sys
 
 from dsdoctor.cli.options import add_input_options, inputs_from
+from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.diagnose.pipeline import analyze
 from dsdoctor.errors import UsageError
 from dsdoctor.render.analysis import render
@@ -43,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour in text output (default: when writing to a terminal)")
+    add_quiet_option(p)
     p.set_defaults(func=run)
 
 
@@ -61,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
     if args.logs.count("-") > 1:
         raise UsageError("standard input ('-') can be given only once")
     inputs = inputs_from(args)
-    report = analyze(inputs)
+    bar = progress_bar(args.quiet, sys.stderr)
+    try:
+        report = analyze(inputs, on_progress=bar)
+    finally:
+        bar.close()
     if args.fix_out:
         from dsdoctor.diagnose import fixout  # noqa: PLC0415
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor.cli.options import add_input_options, inputs_from
+from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.errors import UsageError
 from dsdoctor.safeio import input_paths, one_line, write_report
 
@@ -19,8 +20,12 @@ def _run_pipeline(args: argparse.Namespace) -> tuple[Any, Any]:
     from dsdoctor.logs.scan import ScanResult, scan_files  # noqa: PLC0415
 
     inputs = inputs_from(args)
-    scan = (scan_files(list(inputs.logs), engine=inputs.engine) if inputs.logs
-            else ScanResult(engine=inputs.engine))
+    bar = progress_bar(getattr(args, "quiet", False), sys.stderr)
+    try:
+        scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=bar)
+                if inputs.logs else ScanResult(engine=inputs.engine))
+    finally:
+        bar.close()
     findings, described, notes, run = evaluate_with_run(inputs, scan)
     return build_report(scan, findings, described, notes, run), run
 
@@ -190,6 +195,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
     p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
+    add_quiet_option(p)
     p.add_argument("--force", action="store_true",
                    help="write the issue even when the analysis explains the failure with a fix, "
                    "and let --output overwrite an existing FILE")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsdoctor.diagnose import problems, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
-from dsdoctor.logs.scan import ScanResult, scan_files
+from dsdoctor.logs.scan import ProgressFn, ScanResult, scan_files
 from dsdoctor.model import SYMPTOM_KINDS, Report
 from dsdoctor.redact import redact_report
 
@@ -83,10 +83,12 @@ def evaluate_with_run(inputs: AnalysisInputs, scan: ScanResult
     return findings, described, list(ctx.notes), ctx.run
 
 
-def analyze(inputs: AnalysisInputs) -> Report:
-    """Scan ``inputs.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``."""
-    scan = scan_files(list(inputs.logs), engine=inputs.engine) if inputs.logs else ScanResult(
-        engine=inputs.engine)
+def analyze(inputs: AnalysisInputs, on_progress: ProgressFn | None = None) -> Report:
+    """Scan ``inputs.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``.
+
+    ``on_progress`` hears of every chunk read (the CLI's progress bar)."""
+    scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=on_progress)
+            if inputs.logs else ScanResult(engine=inputs.engine))
     findings, described, notes, run = evaluate_with_run(inputs, scan)
     return build_report(scan, findings, described, notes, run)
 

@@ -20,6 +20,8 @@ from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 from dsdoctor.redact.redactor import cut_without_half_secret
 
+#: A scan's progress: (file name, bytes read so far, its size or None when unknown).
+ProgressFn = Callable[[str, int, "int | None"], None]
 CHUNK_BYTES = 8 << 20
 LOOKAHEAD_BYTES = 256 << 10
 MAX_BUFFER_BYTES = 64 << 20  # a single line longer than this is cut (segments stay capped anyway)
@@ -53,7 +55,10 @@ class ScanResult:
 class Scanner:
     """Reusable scanner: compiles the prefilter engines once, scans any number of files."""
 
-    def __init__(self, patterns: Sequence[Pattern] | None = None, engine: str = "auto"):
+    def __init__(self, patterns: Sequence[Pattern] | None = None, engine: str = "auto",
+                 on_progress: ProgressFn | None = None):
+        # on_progress(name, bytes read, size or None) after every chunk (a progress bar)
+        self.on_progress = on_progress
         self.patterns = list(patterns if patterns is not None else load_patterns())
         self.main_patterns = [p for p in self.patterns if not p.is_timeline]
         self.timeline_patterns = [p for p in self.patterns if p.is_timeline]
@@ -139,6 +144,8 @@ class Scanner:
                 eof = True
             total += n
             have += n
+            if self.on_progress is not None:
+                self.on_progress(name, total, None if compressed else size)
             if have == 0:
                 break
             last_byte = bytes(buf[have - 1:have])
@@ -289,9 +296,10 @@ def _next_lines(buf, line_end: int, n: int, have: int) -> list[str]:
 
 
 def scan_files(paths: Iterable[str], engine: str = "auto",
-               on_event: Callable[[str, Evidence, dict], None] | None = None) -> ScanResult:
+               on_event: Callable[[str, Evidence, dict], None] | None = None,
+               on_progress: ProgressFn | None = None) -> ScanResult:
     """Scan every path (``-`` = standard input) into one ScanResult."""
-    scanner = Scanner(engine=engine)
+    scanner = Scanner(engine=engine, on_progress=on_progress)
     for p in paths:
         scanner.scan_path(p, on_event=on_event)
     return scanner.result()
