@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Generate dsdoctor/data/ds_keys_<release>.json: the config keys one DeepSpeed release knows.
 
-Run it with a Python where that DeepSpeed release is installed (the dev box has one in
-/work/venv-ds)::
+Run it with a Python where that DeepSpeed release is installed (``bash scripts/install_deepspeed.sh
+VENV [RELEASE]`` makes one)::
 
-    /work/venv-ds/bin/python scripts/gen_ds_keys.py            # writes ds_keys_<installed>.json
+    VENV/bin/python scripts/gen_ds_keys.py            # writes ds_keys_<installed>.json
 
 How the table is built, from DeepSpeed's own code (nothing typed by hand but the map of which
 pydantic model parses which section):

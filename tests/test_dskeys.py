@@ -1,8 +1,8 @@
 """dskeys: per-release known-key tables, did-you-mean, and what each release does with a key.
 
 The ``deepspeed``-marked tests re-measure the claims against a real DeepSpeed, in a child process
-(the interpreter given by ``--ds-python`` / ``DSDOCTOR_DS_PYTHON``, see conftest.py; the dev box
-has one in /work/venv-ds), so this suite never imports DeepSpeed itself.
+(the interpreter given by ``--ds-python`` / ``DSDOCTOR_DS_PYTHON``, see conftest.py;
+``scripts/install_deepspeed.sh VENV`` makes one), so this suite never imports DeepSpeed itself.
 """
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"
 # A real DeepSpeed 0.19.8 run (deepspeed launcher, CPU accelerator, ZeRO-2 + optimizer offload
 # to CPU, bf16, AdamW; config "log_level": "info"), excerpted: launcher lines, a subset of the
 # engine's printed attributes and the whole printed user config (too long for the join window).
-DS_0198_ZERO2_OFFLOAD = r'''[2026-11-21 11:42:09,989] [INFO] [runner.py:618:main] cmd = /work/venv-ds/bin/python3 -u -m deepspeed.launcher.launch --world_info=eyJsb2NhbGhvc3QiOiBbMF19 --master_addr=127.0.0.1 --master_port=29578 --enable_each_rank_log=None --log_level=info run.py
+# (The venv path of the run is written as /opt/venv-ds: a path of the machine that ran it.)
+DS_0198_ZERO2_OFFLOAD = r'''[2026-11-21 11:42:09,989] [INFO] [runner.py:618:main] cmd = /opt/venv-ds/bin/python3 -u -m deepspeed.launcher.launch --world_info=eyJsb2NhbGhvc3QiOiBbMF19 --master_addr=127.0.0.1 --master_port=29578 --enable_each_rank_log=None --log_level=info run.py
 [2026-11-21 11:42:11,278] [INFO] [launch.py:152:main] WORLD INFO DICT: {'localhost': [0]}
 [2026-11-21 11:42:11,278] [INFO] [launch.py:158:main] nnodes=1, num_local_procs=1, node_rank=0
 [2026-11-21 11:42:11,279] [INFO] [launch.py:169:main] global_rank_mapping=defaultdict(<class 'list'>, {'localhost': [0]})
 [2026-11-21 11:42:11,279] [INFO] [launch.py:170:main] dist_world_size=1
 [2026-11-21 11:42:11,279] [INFO] [launch.py:174:main] Setting CUDA_VISIBLE_DEVICES=0
-[2026-11-21 11:42:11,284] [INFO] [launch.py:245:main] process 12848 spawned with command: ['/work/venv-ds/bin/python3', '-u', 'run.py', '--local_rank=0']
+[2026-11-21 11:42:11,284] [INFO] [launch.py:245:main] process 12848 spawned with command: ['/opt/venv-ds/bin/python3', '-u', 'run.py', '--local_rank=0']
 [2026-11-21 11:42:18,046] [INFO] [config.py:674:print] DeepSpeedEngine configuration:
 [2026-11-21 11:42:18,047] [INFO] [config.py:678:print]   bfloat16_config .............. enabled=True immediate_grad_update=False check_grad_overflow=True bf16_master_weights_and_grads=False bf16_optimizer_states=False
 [2026-11-21 11:42:18,048] [INFO] [config.py:678:print]   float16_config ............... enabled=False auto_cast=False loss_scale=0.0 initial_scale_power=16 loss_scale_window=1000 hysteresis=2 consecutive_hysteresis=False min_loss_scale=1 fp16_master_weights_and_grads=False

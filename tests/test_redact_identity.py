@@ -107,7 +107,7 @@ def test_world_info_hosts_are_learned_and_the_blob_re_encoded() -> None:
 
 
 @pytest.mark.parametrize("line", [
-    "srun: error: node107: task 0: Out Of Memory",  # /work/shared/real_logs cpu-oom slurm log
+    "srun: error: node107: task 0: Out Of Memory",  # ../shared/real_logs: the cpu-oom slurm log
     "slurmstepd: error: *** JOB 4242 ON node107 CANCELLED AT 2024-03-01T10:00:00 ***",
     "  host      : node107",  # torch elastic's failure summary
 ])

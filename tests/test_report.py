@@ -20,7 +20,7 @@ from dsdoctor.render.issue_body import (
 )
 from dsdoctor.render.issue_launch import gather_launch, launcher_of
 
-REAL_LOGS = Path("/work/shared/real_logs")
+REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "real_logs"  # ../shared beside the clone
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_logs" / "fp16_loss_scale_collapse"
 
 # Planted secrets (assembled at run time so scanners do not flag this file).

@@ -18,7 +18,7 @@ from tests.test_report import HF_EXC, HF_FRAMES, write_env, write_log
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_logs"
 EXTRA = ROOT / "tests" / "data" / "real_logs_extra"
-SHARED = Path("/work/shared/real_logs")
+SHARED = ROOT.parent / "shared" / "real_logs"  # ../shared beside the clone, when present
 
 # The SLURM batch script of deepspeedai/DeepSpeedExamples#893 as its reporter pasted it (the paste
 # stops after --num_train_epochs; the closing quote of bash -c is added here).

@@ -23,7 +23,7 @@ from dsdoctor.logs.scan import scan_files
 ZERO3_OOM = """\
 [rank0]:   File "/root/miniconda3/envs/open_r1/lib/python3.12/site-packages/deepspeed/runtime/zero/parameter_offload.py", line 463, in pre_sub_module_forward_function
 [rank0]:     param_coordinator.fetch_sub_module(sub_module, forward=True)
-[rank0]:   File "/work/venv-ds/lib/python3.11/site-packages/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 344, in fetch_sub_module
+[rank0]:   File "/opt/venv-ds/lib/python3.11/site-packages/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 344, in fetch_sub_module
   File "/root/anaconda3/envs/llama-factory/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 947, in _optimizer_step
 torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.39 GiB. GPU 1 has a total capacity of 79.32 GiB of which 2.40 GiB is free. Process 105400 has 76.92 GiB memory in use. Of the allocated memory 73.28 GiB is allocated by PyTorch, and 1.59 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)
 """
