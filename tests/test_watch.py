@@ -75,13 +75,13 @@ def test_tui_shows_symptoms_live(tmp_path):
     from textual.widgets import DataTable
 
     from dsdoctor.watch.app import WatchApp
-    from dsdoctor.watch.tailer import Tailer
+    from dsdoctor.watch.follow import Follower
 
     path = tmp_path / "live.log"
     path.write_text("starting\n")
 
     async def scenario():
-        app = WatchApp(Tailer(str(path), args()), poll=0.1)
+        app = WatchApp(Follower([str(path)], args()), poll=0.1)
         async with app.run_test() as pilot:
             await pilot.pause(0.3)
             with open(path, "a") as fh:

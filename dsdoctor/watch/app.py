@@ -22,7 +22,7 @@ from dsdoctor.render.analysis import SEVERITY_STYLE
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.launch import ExitStatus, Launched
 from dsdoctor.watch.progress import StallChange, StallStatus
-from dsdoctor.watch.tailer import POLL_SECONDS, Tailer, WatchState
+from dsdoctor.watch.tailer import POLL_SECONDS, WatchState
 
 TICK_SECONDS = 1.0  # the header's "last progress Ns ago" and the stall check tick this often
 MACHINE_SECONDS = 3.0  # RAM/swap/GPU polling (NVML calls take milliseconds; not on the UI thread)
@@ -60,11 +60,9 @@ class WatchApp(App):
     BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause/resume"),
                 Binding("c", "clear", "clear events"), Binding("r", "report", "issue report")]
 
-    def __init__(self, source: Follower | Tailer, poll: float = POLL_SECONDS,
+    def __init__(self, source: Follower, poll: float = POLL_SECONDS,
                  launched: Launched | None = None, pid: int | None = None):
         super().__init__()
-        if isinstance(source, Tailer):  # one file, as before the follower existed
-            source = Follower([source.path], source.inputs)
         self.tailer = source
         self.launched = launched
         self.root_pid = launched.pid if launched is not None else pid
@@ -129,8 +127,6 @@ class WatchApp(App):
                 dirty |= read
                 now = time.monotonic()
                 if dirty and now - last_eval >= self.poll_seconds:
-                    if not read:
-                        self.tailer.flush()
                     state = self.tailer.snapshot()
                     events = self.tailer.take_events()
                     self.call_from_thread(self._apply, state, events)

@@ -11,14 +11,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from dsdoctor.diagnose.pipeline import evaluate
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import FileSummary, Scanner
 from dsdoctor.model import Evidence
-from dsdoctor.render.analysis import timeline_summary
 from dsdoctor.watch.progress import FLOOR_SECONDS, StallChange, StallDetector
 from dsdoctor.watch.series import LiveSeries
-from dsdoctor.watch.tailer import Tailer, WatchState
+from dsdoctor.watch.tailer import Tailer, WatchState, watch_state
 
 
 class Follower:
@@ -90,23 +88,8 @@ class Follower:
         return out
 
     def snapshot(self) -> WatchState:
-        if len(self.tailers) == 1:
-            self.state = self.tailers[0].snapshot()
-            return self.state
         res = self.scanner.result()
         res.files = [FileSummary(path=t.path, lines=t.tail.lines_read, bytes=t.tail.bytes_read)
                      for t in self.tailers]
-        try:
-            findings, _, _ = evaluate(self.inputs, res)
-            error = ""
-        except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
-            findings, error = list(self.state.findings), f"rules: {exc}"
-        self.state = WatchState(
-            lines=sum(f.lines for f in res.files),
-            bytes=sum(f.bytes for f in res.files),
-            symptoms=tuple(sorted(res.symptoms.values(), key=lambda s: (s.first.file, s.first.line))),
-            findings=tuple(findings),
-            timeline=timeline_summary(tuple(res.timeline)),
-            error=error,
-        )
+        self.state = watch_state(self.inputs, res, self.state)
         return self.state

@@ -7,19 +7,17 @@ command's.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 
 from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.watch.launch import stamped_path
 
 REPORT_TIMEOUT = 300.0
 
 
 def default_report_path(now: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return os.path.abspath(f"dsdoctor-issue-{stamp}.md")
+    return stamped_path("dsdoctor-issue", "md", now)
 
 
 def report_argv(paths: list[str], inputs: AnalysisInputs, output: str) -> list[str]:

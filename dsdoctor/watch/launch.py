@@ -20,10 +20,15 @@ from dsdoctor.errors import UsageError
 GRACE_SECONDS = 10.0  # after SIGINT, and again after SIGTERM, before the next signal
 
 
+def stamped_path(prefix: str, suffix: str, now: float | None = None) -> str:
+    """``PREFIX-YYYYmmdd-HHMMSS.SUFFIX`` in the current directory, absolute."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return os.path.abspath(f"{prefix}-{stamp}.{suffix}")
+
+
 def default_log_path(now: float | None = None) -> str:
     """``dsdoctor-watch-YYYYmmdd-HHMMSS.log`` in the current directory."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return os.path.abspath(f"dsdoctor-watch-{stamp}.log")
+    return stamped_path("dsdoctor-watch", "log", now)
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ def rank_stack_lines(root_pid: int) -> list[str]:
         return [f"rank stacks: {exc}"]
     if not procs:
         return [f"rank stacks: no Python process found under pid {root_pid}"]
-    if stacks.find_py_spy() is None:
+    exe = stacks.find_py_spy()
+    if exe is None:
         return [f"rank stacks: py-spy is not installed: {stacks.INSTALL_HINT}"]
-    return ["rank stacks: " + line for line in stacks.explain(stacks.dump_ranks(procs)).lines]
+    return ["rank stacks: " + line for line in stacks.explain(stacks.dump_ranks(procs, exe)).lines]
 
 
 class PlainWatch:

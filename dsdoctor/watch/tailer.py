@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from dsdoctor.diagnose.pipeline import evaluate
 from dsdoctor.facts.inputs import AnalysisInputs
-from dsdoctor.logs.scan import Scanner, TailScanner
+from dsdoctor.logs.scan import Scanner, ScanResult, TailScanner
 from dsdoctor.model import Evidence, Finding
 from dsdoctor.render.analysis import timeline_summary
 from dsdoctor.safeio import one_line
@@ -144,7 +144,7 @@ class Tailer:
         self._pos = 0
         self._head = b""
         # the symptoms seen so far stay (same Scanner); line numbers start again at 1
-        self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
+        self._new_scanner(self._scanner)
 
     def _rotated_copy_tail(self) -> bytes:
         """After copytruncate: the bytes past our position in the rotated copy, if we find it."""
@@ -215,17 +215,21 @@ class Tailer:
         return False
 
     def snapshot(self) -> WatchState:
-        res = self.tail.result()
-        try:
-            findings, _, _ = evaluate(self.inputs, res)
-            error = ""
-        except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
-            findings, error = list(self.state.findings), f"rules: {exc}"
-        return WatchState(
-            lines=self.tail.lines_read,
-            bytes=self.tail.bytes_read,
-            symptoms=tuple(sorted(res.symptoms.values(), key=lambda s: s.first.line)),
-            findings=tuple(findings),
-            timeline=timeline_summary(tuple(res.timeline)),
-            error=error,
-        )
+        return watch_state(self.inputs, self.tail.result(), self.state)
+
+
+def watch_state(inputs: AnalysisInputs, res: ScanResult, previous: WatchState) -> WatchState:
+    """What the UI shows for a scan so far: the rules evaluated on it (one or several logs)."""
+    try:
+        findings, _, _ = evaluate(inputs, res)
+        error = ""
+    except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
+        findings, error = list(previous.findings), f"rules: {exc}"
+    return WatchState(
+        lines=sum(f.lines for f in res.files),
+        bytes=sum(f.bytes for f in res.files),
+        symptoms=tuple(sorted(res.symptoms.values(), key=lambda s: (s.first.file, s.first.line))),
+        findings=tuple(findings),
+        timeline=timeline_summary(tuple(res.timeline)),
+        error=error,
+    )
