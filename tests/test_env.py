@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from dsdoctor.cli.env import gpu_summary, render_markdown
 from dsdoctor.cli.main import main
 from dsdoctor.errors import UsageError
 from dsdoctor.facts import env_child, envinfo
 from dsdoctor.redact import REDACTED
+from dsdoctor.render.env import gpu_summary, render_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -114,7 +114,7 @@ class FakeNVMLWithNVLink(FakeNVML):
 
 
 def test_nvlink_and_infiniband(tmp_path: Path) -> None:
-    from dsdoctor.cli.env import interconnect_summary
+    from dsdoctor.render.env import interconnect_summary
 
     gpus, _ = envinfo.probe_gpus([], FakeNVMLWithNVLink([(b"NVIDIA A100-SXM4-80GB", 85899345920, (8, 0))], 12))
     assert gpus[0]["nvlink_active_links"] == 12
@@ -321,7 +321,7 @@ def test_any_accepted_snapshot_renders(tmp_path: Path) -> None:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from dsdoctor.cli.env import render_text
+    from dsdoctor.render.env import render_text
     from dsdoctor.render.issue_body import build_issue
 
     scalars = st.none() | st.booleans() | st.integers(-5, 10**12) | st.floats(allow_nan=False) \

@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_redact_formats import CONTEXTS, NAMED, leaked
 
-from dsdoctor.cli.env import render_markdown
 from dsdoctor.cli.main import main
 from dsdoctor.facts.envinfo import relevant_env
 from dsdoctor.redact import secret_formats
+from dsdoctor.render.env import render_markdown
 
 SAMPLES = [(f.id, s) for f in secret_formats() for s in f.samples if not f.whole_line]
 # key material on lines of its own (a PEM body), planted as raw lines inside the traceback

@@ -16,18 +16,13 @@ from dsdoctor.safeio import input_paths, one_line, write_report
 
 def _run_pipeline(args: argparse.Namespace) -> tuple[Any, Any]:
     """The analysis (as ``pipeline.analyze`` does it) keeping the run model for the report's asks."""
-    from dsdoctor.diagnose.pipeline import build_report, evaluate_with_run  # noqa: PLC0415
-    from dsdoctor.logs.scan import ScanResult, scan_files  # noqa: PLC0415
+    from dsdoctor.diagnose.pipeline import analyze_with_run  # noqa: PLC0415
 
-    inputs = inputs_from(args)
     bar = progress_bar(getattr(args, "quiet", False), sys.stderr)
     try:
-        scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=bar)
-                if inputs.logs else ScanResult(engine=inputs.engine))
+        return analyze_with_run(inputs_from(args), on_progress=bar)
     finally:
         bar.close()
-    findings, described, notes, run = evaluate_with_run(inputs, scan)
-    return build_report(scan, findings, described, notes, run), run
 
 
 def _analyze(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:

@@ -99,10 +99,10 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
                              "(deepspeed, torchrun, accelerate) or of one rank")
     if args.log_file and not args.cmd:
         raise UsageError("--log-file names the log of a launched command: add '-- CMD ARGS'")
-    from dsdoctor.diagnose.pipeline import evaluate  # noqa: PLC0415
+    from dsdoctor.diagnose.pipeline import findings_of  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 
-    evaluate(inputs_from(args), ScanResult())  # raises UsageError for a bad --config/--env/--model
+    findings_of(inputs_from(args), ScanResult())  # raises UsageError for a bad --config/--env/--model
 
 
 def run(args: argparse.Namespace) -> int:

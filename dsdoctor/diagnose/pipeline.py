@@ -56,18 +56,22 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
                    problems=problems.group(report.symptoms, report.findings, fate))
 
 
-def evaluate(inputs: AnalysisInputs, scan: ScanResult) -> tuple[list, dict[str, Any], list[str]]:
-    """Run the rules engine on a scan and the other inputs.
+def findings_of(inputs: AnalysisInputs, scan: ScanResult) -> list:
+    """The rules' findings on a scan and the other inputs, and nothing else (``watch`` refreshes
+    it every half second; bad input raises UsageError)."""
+    from dsdoctor.diagnose import engine  # noqa: PLC0415 - not needed to import this module
+    from dsdoctor.facts import context  # noqa: PLC0415
 
-    Returns (findings, a description of the inputs used with the run model under "run", notes).
-    """
-    findings, described, notes, _run = evaluate_with_run(inputs, scan)
-    return findings, described, notes
+    return list(engine.evaluate(context.build_context(inputs, scan)))
 
 
 def evaluate_with_run(inputs: AnalysisInputs, scan: ScanResult
                       ) -> tuple[list, dict[str, Any], list[str], RunModel]:
-    """:func:`evaluate`, plus the run model (the verdict reads its step counts from it)."""
+    """Run the rules engine on a scan and the other inputs.
+
+    Returns (findings, a description of the inputs used with the run model under "run", notes,
+    the run model: the verdict reads its step counts from it).
+    """
     from dsdoctor.diagnose import engine  # noqa: PLC0415 - not needed to import this module
     from dsdoctor.facts import context  # noqa: PLC0415
 
@@ -87,10 +91,16 @@ def analyze(inputs: AnalysisInputs, on_progress: ProgressFn | None = None) -> Re
     """Scan ``inputs.logs`` (if any) and evaluate the rules: the report of ``dsdoctor analyze``.
 
     ``on_progress`` hears of every chunk read (the CLI's progress bar)."""
+    return analyze_with_run(inputs, on_progress)[0]
+
+
+def analyze_with_run(inputs: AnalysisInputs, on_progress: ProgressFn | None = None
+                     ) -> tuple[Report, RunModel]:
+    """:func:`analyze`, and the run model (``report`` answers the maintainer's asks from it)."""
     scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=on_progress)
             if inputs.logs else ScanResult(engine=inputs.engine))
     findings, described, notes, run = evaluate_with_run(inputs, scan)
-    return build_report(scan, findings, described, notes, run)
+    return build_report(scan, findings, described, notes, run), run
 
 
 def run_analysis(logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,

@@ -41,9 +41,8 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 EXIT_KINDS = ("python-exception", "launcher-nonzero-exit")
 EXIT_RULES = ("rank-exited-nonzero",)
 #: Causes that end a run by themselves (loss-scale only when the scale collapsed: see _killer).
-FATAL = ("hang", "gpu-oom", "cpu-oom", "shm-exhausted", "disk-full", "cuda-error", "nccl-error",
-         "checkpoint-error", "job-time-limit", "op-build", "batch-size",
-         "offload-client-optimizer", "port-in-use")
+FATAL = tuple(cause for cause, _kinds, _names in CAUSES
+              if cause not in ("config-mismatch", "loss-scale"))
 EVIDENCE_PER_PROBLEM = 3
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 

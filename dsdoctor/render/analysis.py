@@ -89,7 +89,8 @@ def timeline_summary(points: tuple[TimelinePoint, ...]) -> str:
     return ", ".join(parts)
 
 
-def _ev_line(ev: Evidence, name: str | None = None) -> str:
+def ev_line(ev: Evidence, name: str | None = None) -> str:
+    """``train.log:246 [rank 0]: text``."""
     rank = f" [rank {ev.rank}]" if ev.rank is not None else ""
     return f"{name or ev.file}:{ev.line}{rank}: {ev.text}"
 
@@ -120,13 +121,14 @@ def inputs_summary(report: Report) -> list[str]:
     return out
 
 
-def _config_where(f) -> str:
+def config_where(f) -> str:
     """``file:line`` of a finding's config key (``config`` when the file is not known)."""
     where = f.config_file or "config"
     return f"{where}:{f.config_line}" if f.config_line else where
 
 
-def _counts(report: Report) -> dict[str, int]:
+def counts(report: Report) -> dict[str, int]:
+    """Findings per severity."""
     c = {"error": 0, "warning": 0, "info": 0}
     for f in report.findings:
         c[f.severity] = c.get(f.severity, 0) + 1
@@ -189,27 +191,8 @@ def summary_counts(report: Report) -> str:
             f"{_plural(len(report.symptoms), 'symptom kind')}")
 
 
-def ev_line(ev: Evidence, name: str | None = None) -> str:
-    """``train.log:246 [rank 0]: text`` (the public name of _ev_line)."""
-    return _ev_line(ev, name)
-
-
-def config_where(f) -> str:
-    """``file:line`` of a finding's config key (the public name of _config_where)."""
-    return _config_where(f)
-
-
-def counts(report: Report) -> dict[str, int]:
-    """Findings per severity."""
-    return _counts(report)
-
-
 def ranks_text(ranks: tuple[int, ...]) -> str:
     """``0,1`` or ``0,1,2,3,4,… (8)`` or ``-``."""
-    return _ranks(ranks)
-
-
-def _ranks(ranks: tuple[int, ...]) -> str:
     if not ranks:
         return "-"
     if len(ranks) > 6:

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dsdoctor.cli.env import details, fence
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import config_bytes
 from dsdoctor.facts.printed import brace_delta
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
+from dsdoctor.render.env import details, fence
 from dsdoctor.render.issue_launch import Launch
 from dsdoctor.render.issue_log import LogExcerpt, normalize_display
 

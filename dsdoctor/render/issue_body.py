@@ -22,7 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor import __version__
-from dsdoctor.cli.env import (
+from dsdoctor.errors import UsageError
+from dsdoctor.facts.run import RunModel
+from dsdoctor.model import Report
+from dsdoctor.redact import Redactor
+from dsdoctor.render.env import (
     cuda_line,
     details,
     fence,
@@ -33,10 +37,6 @@ from dsdoctor.cli.env import (
     render_markdown,
     shape,
 )
-from dsdoctor.errors import UsageError
-from dsdoctor.facts.run import RunModel
-from dsdoctor.model import Report
-from dsdoctor.redact import Redactor
 from dsdoctor.render.issue_asks import (
     ConfigText,
     PrintedConfig,

@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsdoctor.cli.env import fence
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.logfacts import literal
 from dsdoctor.model import Fact, Report
+from dsdoctor.render.env import fence
 
 #: Launchers, in the order they are recognized in a command's first words.
 _LAUNCHERS: tuple[tuple[str, str], ...] = (

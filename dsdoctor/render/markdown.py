@@ -19,7 +19,8 @@ from dsdoctor.render.analysis import (
 )
 
 
-def _md_cell(s: str) -> str:
+def md_cell(s: str) -> str:
+    """Text safe inside a Markdown table cell."""
     return s.replace("|", "\\|").replace("\n", " ")
 
 
@@ -109,7 +110,7 @@ def _verbose(report: Report) -> list[str]:
         out.append("| --- | ---: | --- | --- | --- | --- |")
         for s in report.symptoms:
             out.append(f"| {s.kind} | {s.count} | `{s.first.location}` | `{s.last.location}` | "
-                       f"{ranks_text(s.ranks)} | {_md_cell(symptom_values_summary(s))} |")
+                       f"{ranks_text(s.ranks)} | {md_cell(symptom_values_summary(s))} |")
         out.append("")
         out.append("```text")
         for s in report.symptoms:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from dsdoctor.diagnose.pipeline import evaluate
+from dsdoctor.diagnose.pipeline import findings_of
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import Scanner, ScanResult, TailScanner
 from dsdoctor.model import Evidence, Finding
@@ -221,7 +221,7 @@ class Tailer:
 def watch_state(inputs: AnalysisInputs, res: ScanResult, previous: WatchState) -> WatchState:
     """What the UI shows for a scan so far: the rules evaluated on it (one or several logs)."""
     try:
-        findings, _, _ = evaluate(inputs, res)
+        findings = findings_of(inputs, res)
         error = ""
     except Exception as exc:  # noqa: BLE001 - a rule failing must not kill the watcher
         findings, error = list(previous.findings), f"rules: {exc}"

@@ -11,6 +11,7 @@ from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
 from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
+from dsdoctor.diagnose.verdict import FATAL_CAUSES
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding, Symptom
@@ -226,12 +227,7 @@ def trainer_mismatch_in_log(ctx: Context, rule: Any) -> Iterator[Finding]:
                    f"both say the same value.")
         yield finding(msg, fix=fix, path=dk if dk and "|" not in dk else None, evidence=(e,))
     if not pairs:
-        hk_v: Any = s.values.get("hf_key")
-        hv_v: Any = s.values.get("hf_value")
-        dk_v: Any = s.values.get("ds_key")
-        hk = hk_v[0] if isinstance(hk_v, list) and hk_v else hk_v
-        hv = hv_v[0] if isinstance(hv_v, list) and hv_v else hv_v
-        dk = dk_v[0] if isinstance(dk_v, list) and dk_v else dk_v
+        hk, hv, dk = (vals(s, n, "first") for n in ("hf_key", "hf_value", "ds_key"))
         if hk and dk:
             msg = (f"Accelerate refused the run: --{hk} {hv} contradicts {dk} in the DeepSpeed "
                    "config file.")
@@ -372,10 +368,9 @@ def _rendezvous_port(ctx: Context, s: Symptom) -> tuple[int | None, str]:
 
 # -------------------------------------------------------------------- DS113 rank exited non-zero
 
-_MORE_SPECIFIC = ("gpu-oom", "cpu-oom", "hang", "op-build-failure", "config-mismatch",
-                  "batch-size-mismatch", "offload-client-optimizer", "port-in-use", "nan-loss",
-                  "loss-scale-collapse", "nccl-error", "cuda-error", "shm-exhausted", "disk-full",
-                  "job-time-limit", "checkpoint-error")
+# the kinds that end a run by themselves (the verdict's list), and those that explain an exit
+_MORE_SPECIFIC = (*(kind for kind, _ in FATAL_CAUSES), "hang", "config-mismatch", "nan-loss",
+                  "loss-scale-collapse")
 _SIGNALS = {6: "SIGABRT (an abort: a C++ assertion or a failed CUDA/NCCL call)",
             7: "SIGBUS (often /dev/shm too small in a container: docker --shm-size or --ipc=host)",
             9: "SIGKILL (usually the kernel's OOM killer)",

@@ -97,7 +97,6 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     reasons = _texts(s.values.get("reason"))
     results = _texts(s.values.get("nccl_result"))
     version = vals(s, "nccl_version", "first")
-    version = version[0] if isinstance(version, list) and version else version
     if reasons or results:
         said = f"NCCL failed with '{reasons[0] if reasons else results[0]}'"
     elif isinstance(vals(s, "ib_status", "first"), int):

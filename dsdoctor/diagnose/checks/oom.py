@@ -48,7 +48,6 @@ STAGE3_LOWER = 1e8
 # gpu-oom symptom already matched the line; this reads the rest of that same line.
 _PROCESS = re.compile(r"Process (?P<pid>\d+) has (?P<size>\d+(?:\.\d+)? ?(?:[KMGT]iB|bytes|B)) "
                       r"memory in use")
-_THIS = re.compile(r"this process has (?P<size>\d+(?:\.\d+)? ?(?:[KMGT]iB|bytes|B)) memory in use")
 
 
 @dataclass(frozen=True)
@@ -60,29 +59,24 @@ class OomNumbers:
     free: int | None
     allocated: int | None
     processes: tuple[tuple[int, int], ...]  # (pid, bytes) of every process listed on the GPU
-    this_process: int | None
     gpu: int | None
 
 
 def oom_numbers(s: Symptom) -> OomNumbers:
     """The numbers of the first OOM message that lists most (several messages: the richest)."""
     procs: tuple[tuple[int, int], ...] = ()
-    this = None
     for ev in s.evidence:
         found = tuple((int(m.group("pid")), convert(m.group("size"), "bytes") or 0)
                       for m in _PROCESS.finditer(ev.text))
         if len(found) > len(procs):
             procs = found
-        m = _THIS.search(ev.text)
-        if m and this is None:
-            this = convert(m.group("size"), "bytes")
 
     def num(name: str, agg: str = "max") -> int | None:
         v = vals(s, name, agg)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     return OomNumbers(num("tried_bytes"), num("total_bytes"), num("free_bytes", "min"),
-                      num("allocated_bytes"), procs, this, num("gpu", "first"))
+                      num("allocated_bytes"), procs, num("gpu", "first"))
 
 
 def _size(b: int) -> str:
