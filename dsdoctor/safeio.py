@@ -91,10 +91,13 @@ def read_bounded(path: str, limit: int, what: str, hint: str, noun: str = "file"
     return b"".join(chunks)
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """The same file on disk; when one does not exist (yet), the same absolute path."""
     try:
         return os.path.samefile(a, b)
-    except (OSError, ValueError):
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+    except ValueError:  # a NUL in a path
         return False
 
 
@@ -102,7 +105,7 @@ def write_report(path: str, text: str, inputs: list[str], force: bool) -> None:
     """Write a report to ``-o FILE``: never over an input, over another file only with --force."""
     shown = one_line(path)
     for inp in inputs:
-        if inp and inp not in ("-", "local") and _same_file(path, inp):
+        if inp and inp not in ("-", "local") and same_file(path, inp):
             raise UsageError(f"{shown}: is one of the input files; choose another --output path")
     if os.path.lexists(path) and not force:
         raise UsageError(f"{shown}: already exists; pass --force to overwrite it or choose "

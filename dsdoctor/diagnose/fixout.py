@@ -23,6 +23,7 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup, split_path
 from dsdoctor.model import Finding
+from dsdoctor.safeio import same_file
 
 _MISSING = object()
 
@@ -108,25 +109,18 @@ def _target_doc(configs: Iterable[str]) -> ConfigDoc:
                      "(an Accelerate config without deepspeed_config_file has nothing to rewrite)")
 
 
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
 def write_fixed(configs: Sequence[str], target: str, report: Any, force: bool = False) -> str | None:
     """Write the fixed copy of the DeepSpeed config among ``configs`` to ``target`` (--fix-out);
     returns its path, or None if nothing to fix."""
     doc = _target_doc(list(configs))
-    if _same_file(target, doc.path):
+    if same_file(target, doc.path):
         raise UsageError(f"--fix-out {target}: that is the input config; give a new file name "
                          "(dsdoctor never modifies your config)")
     if os.path.exists(target) and not force:
         raise UsageError(f"--fix-out {target}: the file exists; choose a new name or add --force")
     findings: list[Finding] = list(getattr(report, "findings", ()) or ())
     changes = [f.fix_change for f in findings if f.fix_change
-               and (f.config_file is None or _same_file(f.config_file, doc.path))]
+               and (f.config_file is None or same_file(f.config_file, doc.path))]
     fixed, done = apply_changes(doc.data, changes)
     if not done:
         print("dsdoctor: --fix-out: no safe fix applies to this config; nothing written",

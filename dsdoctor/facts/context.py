@@ -13,7 +13,6 @@ each imported only when its input is given.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.facts.inputs import AnalysisInputs, cached
 from dsdoctor.facts.run import RunModel
+from dsdoctor.facts.scriptcheck import MAX_SCRIPT_BYTES
 from dsdoctor.model import Fact, Symptom, TimelinePoint
 from dsdoctor.safeio import read_bounded
 
@@ -155,25 +155,13 @@ class Context:
 
 # ------------------------------------------------------------------------------------ building
 
-def _raw_model_config(path: str) -> dict[str, Any] | None:
-    """The model's config.json as plain JSON (read, never executed), or None."""
-    cand = os.path.join(path, "config.json") if os.path.isdir(path) else path
-    try:
-        with open(cand, "rb") as fh:
-            data = json.loads(fh.read(8 * 1024 * 1024).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-_MAX_SCRIPT_BYTES = 8 * 1024 * 1024
 
 
 def _read_script(path: str) -> bytes:
     """A --script file's bytes (read once; the AST check and the shell reader share them).
 
     Bounded, and a FIFO or device is refused before reading (issue 14, item 4)."""
-    return read_bounded(path, _MAX_SCRIPT_BYTES, "--script",
+    return read_bounded(path, MAX_SCRIPT_BYTES, "--script",
                         "pass the training script (.py) or the shell launch script (.sh)")
 
 
@@ -322,13 +310,15 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
     # Model config (never weights).
     model_path = inputs.model
     if model_path:
-        from dsdoctor.facts.modelinfo import load_model_info
+        from dsdoctor.facts.modelinfo import load_model_json, model_info_from_config
 
         # cache on the file itself: a directory's stamp does not change when config.json does
         inner = os.path.join(model_path, "config.json")
         model_file = inner if os.path.isdir(model_path) and os.path.isfile(inner) else model_path
-        ctx.model = cached("model", model_file, load_model_info)
-        ctx.model_config = cached("model-json", model_file, _raw_model_config)
+        # read and parsed once: the facts dsdoctor computes, and the raw dict the checks read
+        cfg, where = cached("model-json", model_file, load_model_json)
+        ctx.model = cached("model", model_file, lambda _p: model_info_from_config(cfg, where))
+        ctx.model_config = cfg
 
     # Scripts: read as text, never imported or run. A Python training script gets the AST
     # checks; a shell launch script (run.sh) gives its deepspeed/torchrun/accelerate commands.

@@ -352,13 +352,14 @@ def collect(*, ops: bool = False, python: str | None = None, timeout: float = _E
             errors.append({"probe": key, "error": f"{type(exc).__name__}: {exc}"[:500]})
             return default
 
-    packages = guarded("packages", package_versions, {k: None for k in PACKAGES})
     other: dict[str, Any] = {}
     # Compared unresolved: every venv's python links to the same base interpreter binary.
     if os.path.abspath(python) != os.path.abspath(sys.executable):
         # Another interpreter trains: report its version and packages, not dsdoctor's own.
         other = guarded("python", lambda: env_child.probe_interpreter(python, timeout, PACKAGES), {})
         packages = other.get("packages") or {k: None for k in PACKAGES}
+    else:
+        packages = guarded("packages", package_versions, {k: None for k in PACKAGES})
     has_torch = _installed("torch", python, packages)
     has_ds = _installed("deepspeed", python, packages)
     # Start the slow child probes first and let them run while the fast probes do their work.

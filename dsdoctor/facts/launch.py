@@ -80,13 +80,19 @@ def _count_include(spec: str) -> tuple[int, int] | None:
     return (ranks, hosts) if ranks else None
 
 
-def _world_info(encoded: str) -> tuple[int, int] | None:
-    """(ranks, hosts) of the runner's ``--world_info=<base64 JSON {host: [gpu ids]}>``."""
+def world_info_dict(encoded: str) -> dict[str, Any] | None:
+    """The runner's ``--world_info=<base64 JSON {host: [gpu ids]}>`` decoded, or None."""
     try:
         data = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         return None
-    if not isinstance(data, dict) or not data:
+    return data if isinstance(data, dict) and all(isinstance(k, str) for k in data) else None
+
+
+def _world_info(encoded: str) -> tuple[int, int] | None:
+    """(ranks, hosts) of the runner's ``--world_info``."""
+    data = world_info_dict(encoded)
+    if not data:
         return None
     ranks = sum(len(v) for v in data.values() if isinstance(v, list))
     return (ranks, len(data)) if ranks else None

@@ -67,6 +67,15 @@ def load_model_info(path: str | Path) -> ModelInfo:
 
     Raises UsageError (one line: file, what is wrong, what to do) for anything unreadable.
     """
+    cfg, where = load_model_json(path)
+    return model_info_from_config(cfg, where)
+
+
+def load_model_json(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The model's config.json as a dict (read, never executed) and the file it came from.
+
+    Raises UsageError (one line: file, what is wrong, what to do) for anything unreadable.
+    """
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -95,7 +104,7 @@ def load_model_info(path: str | Path) -> ModelInfo:
     if not isinstance(cfg, dict):
         raise UsageError(f"{p}: top level is {type(cfg).__name__}, not an object; pass the "
                          "model's config.json")
-    return model_info_from_config(cfg, str(p))
+    return cfg, str(p)
 
 
 def model_info_from_config(cfg: dict[str, Any], path: str = "<config>") -> ModelInfo:

@@ -18,7 +18,7 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.safeio import read_bounded
 
-_MAX_SCRIPT_BYTES = 8 * 2**20
+MAX_SCRIPT_BYTES = 8 * 2**20
 
 _TRAINER_CLASSES = {"Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "PPOTrainer",
                     "RewardTrainer", "ORPOTrainer", "KTOTrainer", "GRPOTrainer", "CPOTrainer"}
@@ -157,7 +157,7 @@ def check_script(path: str | Path) -> ScriptFacts:
     Raises UsageError for an unreadable file or a syntax error (``file:line:col: ...``).
     """
     # a FIFO or device is refused before reading; the read is capped (issue 14, item 4)
-    raw = read_bounded(str(path), _MAX_SCRIPT_BYTES, "--script",
+    raw = read_bounded(str(path), MAX_SCRIPT_BYTES, "--script",
                        "pass the training script (.py) that builds the model")
     return check_source(raw, str(path))
 

@@ -8,7 +8,6 @@ maintainer can still tell that two lines talk about the same machine.
 from __future__ import annotations
 
 import base64
-import binascii
 import getpass
 import ipaddress
 import json
@@ -16,6 +15,8 @@ import os
 import re
 import socket
 from collections.abc import Iterable
+
+from dsdoctor.facts.launch import world_info_dict
 
 USER = "<user>"
 
@@ -123,7 +124,7 @@ class IdentityMasker:
                 for m in pat.finditer(text):
                     self.add_host(m.group("host"))
             for m in _WORLD_INFO.finditer(text):
-                for host in _world_info(m.group("b64")) or {}:
+                for host in world_info_dict(m.group("b64")) or {}:
                     self.add_host(host)
 
     # -- replacing -------------------------------------------------------------------------
@@ -150,7 +151,7 @@ class IdentityMasker:
         return m.group(0)
 
     def _world_info_repl(self, m: re.Match[str]) -> str:
-        world = _world_info(m.group("b64"))
+        world = world_info_dict(m.group("b64"))
         if not world or not any(h in self._host_map for h in world):
             return m.group(0)
         masked = {self._host_map.get(h, h): v for h, v in world.items()}
@@ -179,11 +180,3 @@ class IdentityMasker:
         return out
 
 
-def _world_info(blob: str) -> dict | None:
-    """The decoded --world_info dict, or None when the blob is not one."""
-    try:
-        raw = base64.b64decode(blob + "=" * (-len(blob) % 4), altchars=b"-_" if "-" in blob or "_" in blob else None)
-        world = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        return None
-    return world if isinstance(world, dict) and all(isinstance(k, str) for k in world) else None

@@ -15,9 +15,6 @@ Nothing is dropped from a command: a maintainer reproduces from the whole of it.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -25,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.launch import world_info_dict
 from dsdoctor.facts.logfacts import literal
 from dsdoctor.model import Fact, Report
 from dsdoctor.render.env import fence
@@ -129,11 +127,8 @@ def launcher_of(text: str) -> str:
 
 def decode_world_info(value: str) -> str | None:
     """``eyJsb2NhbGhvc3QiOiBbMCwgMV19`` -> ``localhost: GPUs 0,1`` (the runner's base64 JSON)."""
-    try:
-        data = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict):
+    data = world_info_dict(value)
+    if data is None:
         return None
     return "; ".join(f"{host}: GPUs {','.join(map(str, gpus))}" for host, gpus in data.items()
                      if isinstance(gpus, list))
