@@ -11,9 +11,9 @@ from pathlib import Path
 
 from dsdoctor.diagnose import engine
 from dsdoctor.diagnose.pipeline import run_analysis
-from dsdoctor.facts.context import build_context, is_shell_script
+from dsdoctor.facts.context import build_context
 from dsdoctor.facts.inputs import AnalysisInputs
-from dsdoctor.facts.launch import command_lines, parse_command, read_launch_script
+from dsdoctor.facts.launch import command_lines, is_shell_script, parse_command, read_launch_script
 from dsdoctor.facts.run import Known, Source, pick
 from dsdoctor.logs.scan import scan_files
 

@@ -22,9 +22,7 @@ from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import ConfigDoc, load_config, lookup
 from dsdoctor.facts.inputs import AnalysisInputs, cached
 from dsdoctor.facts.run import RunModel
-from dsdoctor.facts.scriptcheck import MAX_SCRIPT_BYTES
 from dsdoctor.model import Fact, Symptom, TimelinePoint
-from dsdoctor.safeio import read_bounded
 
 #: The release the config lints target when nothing says which DeepSpeed runs the config.
 DEFAULT_DS_VERSION = "0.19.8"
@@ -155,41 +153,6 @@ class Context:
 
 # ------------------------------------------------------------------------------------ building
 
-
-
-def _read_script(path: str) -> bytes:
-    """A --script file's bytes (read once; the AST check and the shell reader share them).
-
-    Bounded, and a FIFO or device is refused before reading (issue 14, item 4)."""
-    return read_bounded(path, MAX_SCRIPT_BYTES, "--script",
-                        "pass the training script (.py) or the shell launch script (.sh)")
-
-
-_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch")
-_SHEBANG_SHELL = re.compile(r"#!\s*\S*(?:/|env\s+)(?:ba|z|k|da)?sh\b")
-_LAUNCH_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:deepspeed|torchrun|accelerate\s+launch|srun|"
-                          r"mpirun|python3?\s+-m\s+torch\.distributed\.(?:run|launch))\s", re.M)
-
-
-def is_shell_script(path: str, text: str) -> bool:
-    """A shell launch script (by name, shebang, or a launcher command at the start of a line).
-
-    A ``.py`` file is always Python; anything else that is not valid Python but launches
-    deepspeed/torchrun/accelerate is read as a shell script.
-    """
-    if path.endswith(".py"):
-        return False
-    if path.endswith(_SHELL_SUFFIXES) or _SHEBANG_SHELL.match(text):
-        return True
-    if not _LAUNCH_LINE.search(text):
-        return False
-    import ast  # noqa: PLC0415 - only for this check
-
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return True
-    return False
 
 
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?")
@@ -323,10 +286,10 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
     # Scripts: read as text, never imported or run. A Python training script gets the AST
     # checks; a shell launch script (run.sh) gives its deepspeed/torchrun/accelerate commands.
     if inputs.scripts:
-        from dsdoctor.facts.launch import read_launch_script
+        from dsdoctor.facts.launch import is_shell_script, read_launch_script, read_script_bytes
         from dsdoctor.facts.scriptcheck import check_source
     for path in inputs.scripts:
-        raw = cached("bytes", path, _read_script)
+        raw = cached("bytes", path, read_script_bytes)
         text = raw.decode("utf-8", "replace")
         ctx.script_sources[path] = text
         if is_shell_script(path, text):

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsdoctor.facts.logfacts import _options, _script_and_rest
+from dsdoctor.facts.scriptcheck import MAX_SCRIPT_BYTES
+from dsdoctor.safeio import read_bounded
 
 #: Commands that start a training run, by their first word (after VAR=value assignments).
 _LAUNCHERS = ("deepspeed", "torchrun", "accelerate", "python", "python3")
@@ -180,27 +182,65 @@ def parse_command(text: str, file: str, line: int) -> Launch | None:
                   ds_config if isinstance(ds_config, str) else None, lopts, sopts)
 
 
-def command_lines(text: str) -> list[tuple[int, str]]:
+def command_lines(text: str, keep_directives: bool = False) -> list[tuple[int, str]]:
     """(first line, command) of each shell command: ``\\`` continuations joined, comments and
-    blank lines dropped, ``;``/``&&`` lists left whole (``split_words`` stops at nothing)."""
+    blank lines dropped, ``;``/``&&`` lists left whole (``split_words`` stops at nothing).
+
+    ``keep_directives`` keeps ``#SBATCH`` lines (the report quotes them as the job's context)."""
     out: list[tuple[int, str]] = []
     buf: list[str] = []
     start = 0
     for n, raw in enumerate(text.splitlines(), start=1):
-        line = raw.rstrip()
+        line = raw.strip()
         if not buf:
-            if not line.strip() or line.lstrip().startswith("#"):
+            if not line or (line.startswith("#") and not (keep_directives and line.startswith("#SBATCH"))):
                 continue
             start = n
+        elif line.startswith("#"):
+            continue  # a comment line between the continued lines of one command
         if line.endswith("\\") and not line.endswith("\\\\"):
             buf.append(line[:-1].strip())
             continue
-        buf.append(line.strip())
+        buf.append(line)
         out.append((start, " ".join(p for p in buf if p)))
         buf = []
     if buf:
         out.append((start, " ".join(p for p in buf if p)))
     return out
+
+
+def read_script_bytes(path: str) -> bytes:
+    """A --script file's bytes (read once through ``inputs.cached``: the AST check, the shell
+    reader and the report share them). Bounded; a FIFO or device is refused before reading."""
+    return read_bounded(path, MAX_SCRIPT_BYTES, "--script",
+                        "pass the training script (.py) or the shell launch script (.sh)")
+
+
+_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch", ".pbs", ".lsf")
+_SHEBANG_SHELL = re.compile(r"#!\s*\S*(?:/|env\s+)(?:ba|z|k|da)?sh\b")
+_LAUNCH_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:deepspeed|torchrun|accelerate\s+launch|srun|"
+                          r"mpirun|python3?\s+-m\s+torch\.distributed\.(?:run|launch))\s", re.M)
+
+
+def is_shell_script(path: str, text: str) -> bool:
+    """A shell launch script (by name, shebang, or a launcher command at the start of a line).
+
+    A ``.py`` file is always Python; anything else that is not valid Python but launches
+    deepspeed/torchrun/accelerate is read as a shell script.
+    """
+    if path.endswith(".py"):
+        return False
+    if path.lower().endswith(_SHELL_SUFFIXES) or _SHEBANG_SHELL.match(text):
+        return True
+    if not _LAUNCH_LINE.search(text):
+        return False
+    import ast  # noqa: PLC0415 - only for this check
+
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    return False
 
 
 def read_launch_script(path: str, text: str) -> list[Launch]:
@@ -214,4 +254,5 @@ def read_launch_script(path: str, text: str) -> list[Launch]:
     return launches
 
 
-__all__ = ["Launch", "command_lines", "parse_command", "read_launch_script", "split_words"]
+__all__ = ["Launch", "command_lines", "is_shell_script", "parse_command", "read_launch_script",
+           "read_script_bytes", "split_words"]

@@ -15,6 +15,7 @@ Nothing is dropped from a command: a maintainer reproduces from the whole of it.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Sequence
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsdoctor.errors import UsageError
-from dsdoctor.facts.launch import world_info_dict
+from dsdoctor.facts.inputs import cached
+from dsdoctor.facts.launch import command_lines, read_script_bytes, world_info_dict
+from dsdoctor.facts.launch import is_shell_script as facts_is_shell_script
 from dsdoctor.facts.logfacts import literal
 from dsdoctor.model import Fact, Report
 from dsdoctor.render.env import fence
@@ -42,8 +45,6 @@ _SCRIPT_CMD_RE = re.compile(
     r"|python3?\s+-m\s+(?:torch\.distributed\.(?:run|launch)|deepspeed\.launcher\.runner)"
     r"|llamafactory-cli\s+train|python3?\s+\S+\.py)\b")
 _SBATCH_RE = re.compile(r"^#SBATCH\s+(?P<opt>\S.*)$")
-_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".slurm", ".sbatch", ".pbs", ".lsf")
-_MAX_SCRIPT_BYTES = 1024 * 1024
 #: Config-file arguments that name the config a maintainer will ask for.
 CONFIG_ARGS = ("--deepspeed", "--deepspeed_config", "--deepspeed-config", "--config_file",
                "--config-file", "--ds_config")
@@ -190,59 +191,25 @@ def launch_from_report(report: Report | None) -> tuple[LaunchCommand, ...]:
 
 
 def is_shell_script(path: str) -> bool:
-    """A launch script (``run.sh``, a SLURM batch file) rather than a Python training script."""
-    if path.lower().endswith(_SHELL_SUFFIXES):
-        return True
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(200)
-    except OSError:
-        return False
-    return first.startswith(b"#!") and re.search(rb"\b(?:ba|z|k|da)?sh\b", first) is not None
+    """A launch script (``run.sh``, a SLURM batch file) rather than a Python training script.
 
-
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-    """(first physical line, line) with ``\\``-continuations joined and comments dropped."""
-    out: list[tuple[int, str]] = []
-    buf: list[str] = []
-    start = 0
-    for n, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if not buf:
-            start = n
-            if not stripped or (stripped.startswith("#") and not stripped.startswith("#SBATCH")):
-                continue
-        elif stripped.startswith("#"):
-            continue  # a comment line inside a continued command (allowed by bash after "\")
-        if stripped.endswith("\\"):
-            buf.append(stripped[:-1].strip())
-            continue
-        buf.append(stripped)
-        out.append((start, " ".join(p for p in buf if p)))
-        buf = []
-    if buf:
-        out.append((start, " ".join(p for p in buf if p)))
-    return out
+    The bytes are read once (``inputs.cached``), bounded, for this test, the report's reader and
+    the analysis; an unreadable path raises the same UsageError the analysis would."""
+    text = cached("bytes", path, read_script_bytes).decode("utf-8", "replace")
+    return facts_is_shell_script(path, text)
 
 
 def read_shell_script(path: str) -> ShellScript:
     """The launch commands of a shell script, read as text (never run). Bad input: UsageError."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise UsageError(f"{path}: is a directory; pass the launch script (run.sh) itself")
-        raw = p.read_bytes()[:_MAX_SCRIPT_BYTES]
-    except UsageError:
-        raise
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the script ({exc.strerror or exc}); check the "
-                         "--script path") from None
+    if os.path.isdir(path):
+        raise UsageError(f"{path}: is a directory; pass the launch script (run.sh) itself")
+    raw = cached("bytes", path, read_script_bytes)
     if b"\x00" in raw[:65536]:
         raise UsageError(f"{path}: binary file, not a launch script; pass run.sh or the training script")
     text = raw.decode("utf-8", errors="replace")
     cmds: list[LaunchCommand] = []
     sbatch: list[str] = []
-    for n, line in _logical_lines(text):
+    for n, line in command_lines(text, keep_directives=True):
         m = _SBATCH_RE.match(line)
         if m:
             sbatch.append(m.group("opt").split(" #", 1)[0].strip())
