@@ -5,6 +5,7 @@ without a log, several nodes."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,34 @@ def test_shell_launch_script_is_read_not_rejected(tmp_path: Path,
     assert "Launch script (`run.sh` line 12):" in body
     assert "SLURM (`srun`) in a batch job (`#SBATCH --job-name=pretrain_7 --nodes=2" in body
     assert "→ the `deepspeed` launcher" in body
+
+
+def test_report_reads_a_launch_script_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The shell test, the report's reader and the analysis share one bounded read of the script.
+    from dsdoctor.facts.inputs import cache_stats, clear_cache
+
+    script = tmp_path / "run.sh"
+    script.write_text(SLURM_SCRIPT)
+    log = write_log(tmp_path, frames=HF_FRAMES, exc=HF_EXC)
+    clear_cache()
+    rc, body, _ = _report(tmp_path, str(log), "--script", str(script), "--force")
+    capsys.readouterr()
+    assert rc == 0 and "Launch script (`run.sh` line 12):" in body
+    stats = cache_stats()
+    assert stats["loads"] >= 1 and stats["hits"] >= 1  # read once, then served from the cache
+    clear_cache()
+    read_shell_script(str(script))
+    read_shell_script(str(script))
+    assert cache_stats() == {"loads": 1, "hits": 1}
+
+
+def test_report_refuses_a_fifo_as_launch_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "run.sh"
+    os.mkfifo(fifo)  # no writer: reading it would block forever
+    log = write_log(tmp_path, frames=HF_FRAMES, exc=HF_EXC)
+    rc, _, _ = _report(tmp_path, str(log), "--script", str(fifo), "--force")
+    err = capsys.readouterr().err
+    assert rc == 2 and "not a regular file" in err and "Traceback" not in err
 
 
 # ------------------------------------------------------------------------------ without a log
