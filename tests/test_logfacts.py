@@ -351,3 +351,17 @@ def test_truncated_json_block_falls_back(tmp_path) -> None:
     assert read_json_block("-", 1) is None
     lf = extract(scan_text(text, str(p), engine="python").facts)
     assert lf.ds_config_source == "engine"
+
+
+def test_json_block_text_found_within_the_search_window(tmp_path) -> None:
+    # The report looks for the block just after DeepSpeed's key dump: the same reader, one read.
+    from dsdoctor.facts.printed import read_json_block_text
+
+    p = tmp_path / "ds.log"
+    p.write_text(DS_0198_ZERO2_OFFLOAD)
+    line = next(i for i, ln in enumerate(DS_0198_ZERO2_OFFLOAD.splitlines(), 1) if "json = {" in ln)
+    found = read_json_block_text(str(p), line - 2, search=3)
+    assert found is not None and found[0] == line and found[1].startswith("{")
+    assert found[1].rstrip().endswith("}") and '"stage": 2' in found[1]
+    assert read_json_block_text(str(p), line - 2) is None  # not at that line, no search
+    assert read_json_block_text(str(p), line - 3, search=2) is None  # outside the window

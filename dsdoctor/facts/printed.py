@@ -228,12 +228,14 @@ _MAX_BLOCK_LINE_BYTES = 64 * 1024  # one line of a printed config; longer ones a
 _MAX_BLOCK_LINES = 2000  # DeepSpeed's pretty-printed configs are a few hundred lines at most
 
 
-def read_json_block(path: str, line: int) -> dict[str, Any] | None:
-    """The user config DeepSpeed printed as ``json = {`` at ``line`` of ``path``, re-read whole.
+def read_json_block_text(path: str, line: int, search: int = 1) -> tuple[int, str] | None:
+    """(its line, its text) of the config DeepSpeed printed as ``json = {``, the opening at
+    ``line`` or within the ``search`` lines after it, read whole from the file until its braces
+    balance (strings respected).
 
     The scanner's pattern joins only a few lines; a long block is read back from the file
-    (plain or compressed; never standard input or a pipe) until its braces balance. None when
-    it cannot be.
+    (plain or compressed; never standard input or a pipe). Lines are cleaned as the scanner
+    cleans them (ANSI, rank prefixes, quote markers). None when it cannot be read.
     """
     if not path or path in ("-", "<stdin>") or line < 1:
         return None
@@ -248,6 +250,7 @@ def read_json_block(path: str, line: int) -> dict[str, Any] | None:
         return None
     parts: list[str] = []
     depth = 0
+    start = 0
     try:
         # Lines are read with a cap: a line of GBs (a gzip bomb after the block) is never held.
         stream = skip_lines(log.stream, line - 1)
@@ -258,20 +261,29 @@ def read_json_block(path: str, line: int) -> dict[str, Any] | None:
                 break
             n += 1
             text = normalize(raw).text
-            if n == line:
+            if not start:
                 i = text.find("json = {")
                 if i < 0:
-                    return None
+                    if n - line + 1 >= search:
+                        return None
+                    continue
+                start = n
                 text = text[i + len("json = "):]
             parts.append(text)
             depth += brace_delta(text)
-            if depth <= 0 or n - line > _MAX_BLOCK_LINES:
+            if depth <= 0 or n - start > _MAX_BLOCK_LINES:
                 break
     except (OSError, EOFError, ValueError):
         return None
     finally:
         log.close()
-    return load_config_json("\n".join(parts)) if depth == 0 else None
+    return (start, "\n".join(parts)) if start and depth == 0 else None
+
+
+def read_json_block(path: str, line: int) -> dict[str, Any] | None:
+    """The user config DeepSpeed printed as ``json = {`` at ``line`` of ``path``, as a dict."""
+    block = read_json_block_text(path, line)
+    return load_config_json(block[1]) if block else None
 
 
 def load_config_json(text: str) -> dict[str, Any] | None:
@@ -307,4 +319,4 @@ def brace_delta(text: str) -> int:
 
 
 __all__ = ["coerce", "config_from_engine_items", "literal", "load_config_json", "parse_kv_repr",
-           "read_json_block"]
+           "read_json_block", "read_json_block_text"]

@@ -20,16 +20,15 @@ from typing import Any
 
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import config_bytes
-from dsdoctor.facts.printed import brace_delta
+from dsdoctor.facts.printed import read_json_block_text
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
 from dsdoctor.render.env import details, fence
 from dsdoctor.render.issue_launch import Launch
-from dsdoctor.render.issue_log import LogExcerpt, normalize_display
+from dsdoctor.render.issue_log import LogExcerpt
 
 #: How far below its first line a printed config is read (DeepSpeed prints one key per line).
-_MAX_PRINTED_CONFIG_LINES = 400
 
 #: Rules whose error explains a failure as the user's configuration or environment (a fix the
 #: user applies), not as a bug of the library: fp16 scale collapse, GPU/CPU memory, op builds
@@ -77,45 +76,21 @@ def printed_config(report: Report | None, redactor: Redactor) -> PrintedConfig |
         return None
     block = next((f for f in report.facts if f.name == "ds-config-json"), None)
     if block is not None:
-        text = _read_braced_block(block.evidence.file, block.evidence.line)
-        if text:
-            return PrintedConfig(block.evidence.file, block.evidence.line, redactor.text(text))
+        found = read_json_block_text(block.evidence.file, block.evidence.line)
+        if found:
+            return PrintedConfig(block.evidence.file, found[0], redactor.text(found[1]))
     items = [f for f in report.facts if f.name == "engine-config-item"]
     if items:
         first = items[0].evidence
         # DeepSpeed prints the user's JSON right after its key dump; a long one is past the scan's
         # join window (no ds-config-json fact): read it from the line after the dump.
         last = max(f.evidence.line for f in items if f.evidence.file == first.file)
-        for line in range(last + 1, last + 4):
-            text = _read_braced_block(first.file, line)
-            if text:
-                return PrintedConfig(first.file, line, redactor.text(text))
+        found = read_json_block_text(first.file, last + 1, search=3)
+        if found:
+            return PrintedConfig(first.file, found[0], redactor.text(found[1]))
         rows = [f.evidence.text.strip() for f in items if f.evidence.file == first.file]
         return PrintedConfig(first.file, first.line, redactor.text("\n".join(rows)))
     return None
-
-
-def _read_braced_block(path: str, line: int) -> str | None:
-    """From ``json = {`` at ``line``, the lines up to the matching ``}`` (strings respected)."""
-    from dsdoctor.render.issue_log import _iter_raw  # noqa: PLC0415 - the one line reader
-
-    out: list[str] = []
-    depth = 0
-    started = False
-    for n, raw in _iter_raw(path):
-        if n < line:
-            continue
-        text = normalize_display(raw)
-        if not started:
-            if "json = {" not in text:
-                return None
-            text = text[text.index("json = {") + len("json = "):]
-            started = True
-        out.append(text)
-        depth += brace_delta(text)
-        if depth <= 0 or len(out) >= _MAX_PRINTED_CONFIG_LINES:
-            break
-    return "\n".join(out) if out and depth <= 0 else None
 
 
 def _same_file(a: str | None, b: str) -> bool:
