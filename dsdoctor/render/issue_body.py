@@ -346,9 +346,11 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     repo, style, prefix = TARGETS[target]
     launch = launch or gather_launch(report)
     have_log = bool(logs)
+    # each snapshot redacted once; the first node's (``env``) is usually one of ``envs``
+    shaped = [(p, e, shape(red.obj(e))) for p, e in envs]
     if env is not None:
-        env = shape(red.obj(env))
-    envs = [(p, shape(red.obj(e))) for p, e in envs]
+        env = next((s for _, e, s in shaped if e is env), None) or shape(red.obj(env))
+    envs = [(p, s) for p, _, s in shaped]
     red.learn("\n".join(ln.text for ln in excerpt.lines) if excerpt else "")
     title = _title(report, excerpt, prefix, kind, env, red)
     desc = _description(report, excerpt, env, configs, launch, kind)
