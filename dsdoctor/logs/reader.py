@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from dsdoctor.errors import UsageError
+from dsdoctor.logs.paste import repair_flattened
 from dsdoctor.logs.streams import (
     Chained,
     Decompressed,
@@ -221,6 +222,8 @@ def open_log(path: str) -> OpenedLog:
             log.notes.append(f"{name}: {encoding.upper()} text, read as such")
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
+        # A whole log pasted on one line (newlines lost) is split back into lines (paste.py).
+        log.stream = repair_flattened(name, head, log.stream, log.notes)
     except BaseException:
         log.close()
         raise
