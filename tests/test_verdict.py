@@ -32,7 +32,7 @@ _FAILED = {"gpu-oom", "cpu-oom", "op-build-failure", "batch-size-mismatch", "por
            "offload-client-optimizer", "python-exception", "launcher-nonzero-exit",
            "config-mismatch",  # Transformers/Accelerate raise on a mismatch (see the override)
            "nccl-error", "cuda-error", "shm-exhausted", "disk-full", "job-time-limit",
-           "checkpoint-error"}
+           "checkpoint-error", "ssh-failure"}
 _NOT_LEARNING = {"loss-scale-collapse", "nan-loss", "loss-zero"}
 
 #: Where the labels' classes alone do not say the fate, the judgement and why.
