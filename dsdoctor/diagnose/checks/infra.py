@@ -203,7 +203,13 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                                                          _texts(s.values.get("status")))]
     assertion = next(iter(_texts(s.values.get("assertion"))), None)
     driver_cuda = vals(s, "driver_cuda", "first")
-    if isinstance(driver_cuda, (int, float)):
+    xid = vals(s, "xid", "first")
+    if isinstance(xid, (int, float)) or s.patterns.get("gpu-fallen-off-bus"):
+        err, cause = _xid_cause(int(xid) if isinstance(xid, (int, float)) else 79,
+                                next(iter(_texts(s.values.get("pci"))), None))
+        if not isinstance(xid, (int, float)):  # the driver's multi-line message, no Xid number
+            err = "the GPU fell off the bus (the driver lost it)"
+    elif isinstance(driver_cuda, (int, float)):
         err = "The NVIDIA driver is too old"
         ver = f"{int(driver_cuda) // 1000}.{(int(driver_cuda) % 1000) // 10}"
         cause = (f"the driver supports CUDA {ver} only, older than the CUDA torch was built with",
@@ -222,6 +228,33 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     if vers:
         msg += " Versions: " + ", ".join(vers) + "."
     yield finding(msg, fix=cause[1] + ".", evidence=_evidence(s))
+
+
+#: NVIDIA's Xid codes (the kernel driver's error reports) by what they point at.
+_XID_HARDWARE = {48: "a double-bit ECC error", 63: "an ECC page retirement", 64: "an ECC page "
+                 "retirement failure", 74: "an NVLink error", 79: "the GPU fell off the bus",
+                 92: "a high single-bit ECC error rate", 94: "a contained ECC error",
+                 95: "an uncontained ECC error", 119: "a GSP firmware timeout",
+                 120: "a GSP firmware error"}
+_XID_PROGRAM = {13: "a graphics engine exception", 31: "a GPU memory page fault (MMU fault)",
+                43: "the GPU stopped processing (a kernel was killed)"}
+
+
+def _xid_cause(xid: int, pci: str | None) -> tuple[str, tuple[str, str]]:
+    """What an Xid in the kernel log means: the hardware (drain the node) or the program."""
+    where = f" on {pci}" if pci else ""
+    if xid in _XID_HARDWARE:
+        return (f"NVIDIA Xid {xid}{where}: {_XID_HARDWARE[xid]}",
+                (f"a GPU hardware or driver fault ({_XID_HARDWARE[xid]}), not the training code",
+                 "take the node out of the pool and have the GPU checked (nvidia-smi -q -d ECC, "
+                 "a GPU reset or a reboot; replace it if it recurs), then resume from the last "
+                 "checkpoint on healthy GPUs"))
+    what = _XID_PROGRAM.get(xid, "a GPU error reported by the driver")
+    return (f"NVIDIA Xid {xid}{where}: {what}",
+            (f"{what}: usually the program (an out-of-bounds access in a kernel, like an illegal "
+             "memory access), sometimes the driver",
+             "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if it recurs on one GPU only "
+             "or with different programs, check the GPU and the driver (nvidia-smi -q)"))
 
 
 # --------------------------------------------------------------------------------- DS116 /dev/shm
