@@ -88,6 +88,12 @@ def test_split_cuts_before_each_line_start():
     # A real DeepSpeed config dump (one long line, one start): sample_logs, printed by the engine.
     max((Path(__file__).resolve().parents[1] / "sample_logs" / "healthy_zero2_trainer" / "train.log")
         .read_text(encoding="utf-8").split("\n"), key=len),
+    # One Megatron MoE line with a rank prefix, a timestamp and 'iteration' (FlagAI-Open/OpenSeek).
+    (EXTRA / "negative__openseek-readme-megatron-moe-load-balancing-loss-num-zeros.log")
+    .read_text(encoding="utf-8").strip(),
+    # Ray prefix, vLLM logger and the exception on one real line (vllm-project/vllm-ascend#1127).
+    (EXTRA / "gpu-oom__vllm-ascend1127-npu-oom-ray-worker-prefix.log")
+    .read_text(encoding="utf-8").split("\n")[2],
     # A tqdm bar redrawn with \r holds many starts but is not a flattened log.
     "\r".join(["{'loss': 1.0, 'learning_rate': 1e-05, 'epoch': 0.1} 10%|#| 1/10 [00:01<00:09]"] * 20),
 ])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -27,6 +28,9 @@ MIN_FLATTENED_CHARS = 400
 #: ...when it holds at least this many line starts, one per this many characters at most.
 MIN_STARTS = 3
 MAX_CHARS_PER_START = 400
+#: A start this close after another one is the same line's prefix chain, not a new line:
+#: "[default0]: [2025-05-27 15:23:07] iteration 1/ 24000 | ..." is one Megatron line.
+MIN_GAP = 24
 #: Larger logs are not pastes: left as they are (and never held in memory whole).
 MAX_REPAIR_BYTES = 8 << 20
 
@@ -44,21 +48,24 @@ _STRONG = (
     r"|terminate called after throwing"
     r"|Exception raised from "
     r"|frame #\d+: "
+    r"|\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\) "  # Ray's per-worker prefix
 )
 # Line starts that must follow whitespace (they could be inside a message otherwise).
 _AFTER_SPACE = (
     r"File \"[^\"\n]{1,400}\", line \d+"  # a traceback frame
-    r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt):\s"  # the exception that ended it
+    r"|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?:\(\w+\))?:\s"  # the exception
     # a logger's timestamp (with milliseconds: not a date inside a message), not after "[INFO|..] "
     r"|(?<![\]|] )\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,]\d"
     r"|\d\d/\d\d/\d{4} \d\d:\d\d:\d\d - "  # 05/01/2024 10:00:00 - INFO - (HF examples)
     r"|[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)"  # host:pid:tid [dev] NCCL INFO
     r"|(?:ERROR|WARNING|INFO):[\w.]+:"  # Python logging's default format
+    r"|(?:ERROR|WARNING|INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d "  # vLLM's logger
     r"|\{'(?:loss|eval_loss|train_runtime)':"  # Transformers Trainer dicts
     r"|(?:srun|slurmstepd|pdsh@[\w.-]+): "
     r"|iteration\s+\d+/\s*\d+ \|"  # Megatron
 )
 # After a space, or right after a code line's ")" or "]" when the newlines vanished without one.
+_DIGITS_RE = re.compile(r"\d")
 _START_RE = re.compile(rf"(?:{_STRONG})|(?<=[\s)\]])(?:{_AFTER_SPACE})")
 
 
@@ -71,18 +78,40 @@ class Repair:
     pieces: int
 
 
+def _starts_and_kinds(line: str) -> tuple[list[int], Counter[str]]:
+    """Where the original lines began (each start that does not just continue a prefix chain),
+    and how often each kind of start (digits ignored) occurs."""
+    out: list[int] = []
+    kinds: Counter[str] = Counter()
+    prev = -MIN_GAP
+    for m in _START_RE.finditer(line):
+        if m.start() - prev >= MIN_GAP:
+            out.append(m.start())
+            kinds[_DIGITS_RE.sub("#", m.group(0))[:8]] += 1
+        prev = m.start()
+    return out, kinds
+
+
 def _starts(line: str) -> list[int]:
-    return [m.start() for m in _START_RE.finditer(line)]
+    return _starts_and_kinds(line)[0]
 
 
 def is_flattened(line: str) -> bool:
-    """Whether one physical line looks like a whole log whose newlines were lost."""
+    """Whether one physical line looks like a whole log whose newlines were lost.
+
+    Many line starts, and one kind of start more than once (or a traceback header mid-line): a
+    flattened log repeats its line prefix (every frame is a ``File "..."``, every record a
+    timestamp); one real line that merely carries a rank prefix, a timestamp and a logger name
+    has each of them once.
+    """
     if len(line) < MIN_FLATTENED_CHARS or "\r" in line:
         return False
-    for count, _ in enumerate(_START_RE.finditer(line), 1):
-        if count >= MIN_STARTS and count * MAX_CHARS_PER_START >= len(line):
-            return True
-    return False
+    starts, kinds = _starts_and_kinds(line)
+    count = len(starts)
+    # A traceback header in the middle of a line is a lost newline by itself.
+    mid_traceback = line.find("Traceback (most recent call last):") > 0
+    return (count >= MIN_STARTS and count * MAX_CHARS_PER_START >= len(line)
+            and (max(kinds.values()) >= 2 or mid_traceback))
 
 
 def split_line(line: str) -> list[str]:

@@ -103,6 +103,8 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
         said = "NCCL reported an InfiniBand/RoCE completion error"
     elif _texts(s.values.get("cuda_failure")):
         said = "NCCL reported a failed CUDA call"
+    elif _texts(s.values.get("mismatch")):
+        said = "NCCL found that the ranks disagree"
     else:
         said = "NCCL reported a failed connection to a peer"
     msg = [f"{said} (line {s.first.line})" + (f", NCCL {version}" if version else "") + "."]
@@ -114,11 +116,20 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                          if ib == 12 else "") + "): check the fabric (ibstat, port counters) and "
                       "whether a peer rank died first")
     os_errs = _texts(s.values.get("os_error"))
-    if os_errs or s.patterns.get("nccl-warn-failure") and not ib and not _texts(s.values.get("cuda_failure")):
+    if os_errs or (s.patterns.get("nccl-warn-failure") and not ib
+                   and not _texts(s.values.get("cuda_failure"))):
         causes.append("a peer's connection " + (f"failed ({os_errs[0]})" if os_errs else "closed")
                       + ": the rank on the other side died (its log has the first error) or the "
                       "network between the nodes dropped; NCCL_SOCKET_IFNAME must name an "
                       "interface every node can reach")
+    mismatch = next(iter(_texts(s.values.get("mismatch"))), None)
+    if mismatch:
+        local, remote = vals(s, "local_size", "first"), vals(s, "remote_size", "first")
+        sizes = f" (this rank {local} bytes, the peer {remote})" if local and remote else ""
+        causes.append(f"the ranks disagree ({mismatch}{sizes}): different NCCL versions or NCCL_* "
+                      "settings on the nodes (compare 'NCCL version' and the NCCL_ variables in "
+                      "each node's log), or ranks that call collectives in a different order or "
+                      "with different sizes")
     for cf in _texts(s.values.get("cuda_failure"))[:1]:
         causes.append(f"a CUDA call inside NCCL failed ('{cf}'): look for an earlier CUDA error, "
                       "or a driver/CUDA mismatch in the container")
@@ -133,9 +144,10 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     vers = _versions(ctx)
     if vers:
         msg.append("Versions: " + ", ".join(vers) + ".")
-    if s.patterns.get("nccl-warn-failure"):
+    warn = next((e for e in s.evidence if "NCCL WARN" in e.text), None)
+    if warn is not None:
         # NCCL_DEBUG is already on: point at what its WARN lines say instead of asking for them.
-        w = next((e for e in s.evidence if "NCCL WARN" in e.text), s.first)
+        w = warn
         fix = [f"start from the first NCCL WARN (line {w.line}): it names the failing call"]
     else:
         fix = ["rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and read the first "
