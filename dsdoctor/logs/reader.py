@@ -54,6 +54,8 @@ _RANK_PREFIXES = (
     re.compile(r"^(?P<rank>\d{1,5}):[ \t]"),  # srun --label, deepspeed multinode "3: "
     # pdsh / deepspeed multi-node host prefix ("node-12: ", "gpu001: "): a host name with a digit.
     re.compile(r"^(?P<host>[a-z][a-z0-9-]*[0-9][a-z0-9.-]*):[ \t]"),
+    # NeMo-Run / torchx role prefix before torchrun's: "i.pretrain/0 [default2]:[rank2]: ".
+    re.compile(r"^[\w.-]+/\d+[ \t](?=\[(?:default|rank)\d+\]:)"),
     # Ray's log-collector prefix on every worker line: "(WorkerDict pid=12504, ip=10.0.0.1) ".
     re.compile(r"^\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\)(?:[ \t]|$)"),
 )
