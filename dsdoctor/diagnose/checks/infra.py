@@ -386,7 +386,8 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
     if s.patterns.get("k8s-pod-evicted") and not s.patterns.get("slurm-cancelled-due-to"):
         yield _k8s_evicted(ctx, s)
         return
-    if s.patterns.get("pbs-walltime-exceeded") and not s.patterns.get("slurm-cancelled-due-to"):
+    if ((s.patterns.get("pbs-walltime-exceeded") or s.patterns.get("lsf-runlimit"))
+            and not s.patterns.get("slurm-cancelled-due-to")):
         yield _pbs_walltime(ctx, s)
         return
     reasons = _texts(s.values.get("reason"))
@@ -411,7 +412,7 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 
 def _pbs_walltime(ctx: Context, s: Symptom) -> Finding:
-    """PBS/Torque (or Moab) killed the job at its walltime: the limit, the last checkpoint."""
+    """PBS/Torque, Moab or LSF killed the job at its run-time limit: the limit, the last checkpoint."""
     used, limit = vals(s, "walltime_s", "first"), vals(s, "limit_s", "first")
     told = (f" (it ran {used} s, the limit is {limit} s = {limit / 3600:.1f} h)"
             if isinstance(used, int) and isinstance(limit, int) else "")
@@ -420,7 +421,8 @@ def _pbs_walltime(ctx: Context, s: Symptom) -> Finding:
     saves = _fact_paths(ctx, "checkpoint-save")
     msg += (f" The last checkpoint in the log is {saves[-1][0]} (line {saves[-1][1].line})."
             if saves else " The log shows no checkpoint save: progress since the start may be lost.")
-    fix = ("resume from the last checkpoint in a new job and ask for more time (#PBS -l walltime=) "
+    ask = "bsub -W" if s.patterns.get("lsf-runlimit") else "#PBS -l walltime="
+    fix = (f"resume from the last checkpoint in a new job and ask for more time ({ask}) "
            "or save more often (--save_steps)")
     return finding(msg, fix=fix + ".", evidence=_evidence(s) + tuple(e for _, e in saves[-1:]))
 
