@@ -84,6 +84,19 @@ def test_split_cuts_before_each_line_start():
                           for s in starts)
 
 
+@pytest.mark.parametrize("name", [
+    "nccl-error__nccl1029-multinode-prefixed-internal-error.log",  # pdsh host prefix on every line
+    "checkpoint-error__ds5570-size-mismatch-rank-prefixed.log",  # [rankN]: on every line
+    "hang__ofa271-torch1x-watchdog-no-numel.log",  # torch 1.x [E ProcessGroupNCCL.cpp:N] lines
+    "fp16-overflow__cogvideo233-deepspeed-overflow-recovers.log",  # DeepSpeed timestamps
+])
+def test_prefixed_lines_come_back_exactly(name):
+    # Where every line carries a launcher's or logger's prefix, the split restores the lines.
+    original = [ln.strip() for ln in (EXTRA / name).read_text(encoding="utf-8").split("\n")
+                if ln.strip()]
+    assert [p.strip() for p in paste.split_line(_flatten(name, " ").rstrip("\n"))] == original
+
+
 @pytest.mark.parametrize("line", [
     # A real DeepSpeed config dump (one long line, one start): sample_logs, printed by the engine.
     max((Path(__file__).resolve().parents[1] / "sample_logs" / "healthy_zero2_trainer" / "train.log")

@@ -62,10 +62,14 @@ _AFTER_SPACE = (
     r"|(?:ERROR|WARNING|INFO|DEBUG) \d\d-\d\d \d\d:\d\d:\d\d "  # vLLM's logger
     r"|\{'(?:loss|eval_loss|train_runtime)':"  # Transformers Trainer dicts
     r"|(?:srun|slurmstepd|pdsh@[\w.-]+): "
+    r"|[a-z][a-z0-9-]*[0-9][a-z0-9.-]*: +(?=\S)"  # pdsh / deepspeed multi-node host prefix
     r"|iteration\s+\d+/\s*\d+ \|"  # Megatron
 )
 # After a space, or right after a code line's ")" or "]" when the newlines vanished without one.
 _DIGITS_RE = re.compile(r"\d")
+# Starts that are a line's prefix (what the launcher or logger put before the message).
+_PREFIX_RE = re.compile(r"\[(?:rank|default)\d+\]:|\(|\[?\d{4}-\d\d-\d\d|\d\d/\d\d/\d{4}|"
+                        r"[a-z][a-z0-9-]*[0-9][a-z0-9.-]*: ")
 _START_RE = re.compile(rf"(?:{_STRONG})|(?<=[\s)\]])(?:{_AFTER_SPACE})")
 
 
@@ -83,12 +87,16 @@ def _starts_and_kinds(line: str) -> tuple[list[int], Counter[str]]:
     and how often each kind of start (digits ignored) occurs."""
     out: list[int] = []
     kinds: Counter[str] = Counter()
-    prev = -MIN_GAP
+    prev, prev_end, prev_is_prefix = -MIN_GAP, 0, False
     for m in _START_RE.finditer(line):
-        if m.start() - prev >= MIN_GAP:
+        # a start right after a line prefix ("node-1:   File ...") continues the same line
+        chained = m.start() - prev < MIN_GAP or (
+            prev_is_prefix and not line[prev_end:m.start()].strip())
+        if not chained:
             out.append(m.start())
             kinds[_DIGITS_RE.sub("#", m.group(0))[:8]] += 1
-        prev = m.start()
+        prev, prev_end = m.start(), m.end()
+        prev_is_prefix = bool(_PREFIX_RE.match(m.group(0)))
     return out, kinds
 
 
