@@ -36,6 +36,7 @@ SYMPTOM_KINDS: tuple[str, ...] = (
     "disk-full",
     "job-time-limit",
     "checkpoint-error",
+    "ssh-failure",  # a multi-node launch could not ssh to a node (pdsh, DeepSpeed's runner)
 )
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")

@@ -20,6 +20,9 @@ from dsdoctor.logs.reader import normalize, rank_from_filename
         (b"3: [2023-04-28 06:51:29,903] [INFO] [loss_scaler.py:188:update_scale] x", "[2023-04-28 06:51:29,903] [INFO] [loss_scaler.py:188:update_scale] x", 3),
         # pdsh host prefix of the deepspeed multi-node launcher, then a rank prefix
         (b"node-12: [rank5]: ValueError: bad", "ValueError: bad", 5),
+        # Ray's log-collector prefix (Awesome-ML-SYS-Tutorial#106, verl)
+        (b"(WorkerDict pid=12504) torch.OutOfMemoryError: CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory.", None),
+        (b"(raylet) A worker died or was killed", "A worker died or was killed", None),
         # markdown quote of a pasted log (DeepSpeed#3869)
         (b"> torch.cuda.OutOfMemoryError: CUDA out of memory.", "torch.cuda.OutOfMemoryError: CUDA out of memory.", None),
         (b">> > [rank0]: x", "x", 0),

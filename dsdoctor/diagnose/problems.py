@@ -28,6 +28,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("nccl-error", ("nccl-error",), ("nccl-error",)),
     ("checkpoint-error", ("checkpoint-error",), ("checkpoint-load-error",)),
     ("job-time-limit", ("job-time-limit",), ("job-time-limit",)),
+    ("ssh-failure", ("ssh-failure",), ("ssh-launch-failure",)),
     ("op-build", ("op-build-failure",), ("op-build-failure",)),
     ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion",)),
     ("offload-client-optimizer", ("offload-client-optimizer",), ("offload-with-client-optimizer",)),
@@ -85,6 +86,7 @@ def _phrase(s: Symptom) -> str:
         "nccl-error": "NCCL error",
         "checkpoint-error": "checkpoint load/convert error",
         "job-time-limit": "ended by the scheduler",
+        "ssh-failure": "ssh to a node failed at launch",
     }
     where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
     return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"

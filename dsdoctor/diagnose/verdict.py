@@ -38,6 +38,7 @@ FATAL_CAUSES: tuple[tuple[str, str], ...] = (
     ("nccl-error", "failed in NCCL"),
     ("checkpoint-error", "could not load or convert a checkpoint"),
     ("job-time-limit", "was ended by the scheduler (time limit, preemption or eviction)"),
+    ("ssh-failure", "could not start: the launcher could not ssh to a node"),
     ("op-build-failure", "could not build a DeepSpeed op"),
     ("batch-size-mismatch", "stopped on DeepSpeed's batch-size assertion"),
     ("offload-client-optimizer", "was refused by ZeRO-Offload (client optimizer)"),

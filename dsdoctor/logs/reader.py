@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from dsdoctor.errors import UsageError
+from dsdoctor.logs.paste import repair_flattened
 from dsdoctor.logs.streams import (
     Chained,
     Decompressed,
@@ -53,6 +54,10 @@ _RANK_PREFIXES = (
     re.compile(r"^(?P<rank>\d{1,5}):[ \t]"),  # srun --label, deepspeed multinode "3: "
     # pdsh / deepspeed multi-node host prefix ("node-12: ", "gpu001: "): a host name with a digit.
     re.compile(r"^(?P<host>[a-z][a-z0-9-]*[0-9][a-z0-9.-]*):[ \t]"),
+    # NeMo-Run / torchx role prefix before torchrun's: "i.pretrain/0 [default2]:[rank2]: ".
+    re.compile(r"^[\w.-]+/\d+[ \t](?=\[(?:default|rank)\d+\]:)"),
+    # Ray's log-collector prefix on every worker line: "(WorkerDict pid=12504, ip=10.0.0.1) ".
+    re.compile(r"^\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\)(?:[ \t]|$)"),
 )
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
@@ -221,6 +226,8 @@ def open_log(path: str) -> OpenedLog:
             log.notes.append(f"{name}: {encoding.upper()} text, read as such")
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
+        # A whole log pasted on one line (newlines lost) is split back into lines (paste.py).
+        log.stream = repair_flattened(name, head, log.stream, log.notes)
     except BaseException:
         log.close()
         raise

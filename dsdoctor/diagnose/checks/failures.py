@@ -103,9 +103,14 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not causes:
         causes.append("a slow step (checkpoint saving, evaluation or data loading on one "
                       "rank) longer than the timeout, or a network problem between GPUs/nodes")
-    fixes.append("rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) to see which "
-                 "rank is missing; if a step is legitimately long, raise the timeout "
-                 "(Trainer --ddp_timeout, deepspeed.init_distributed(timeout=...))")
+    if s.patterns.get("hccl-timeout"):  # Ascend NPUs: HCCL has its own timeouts and logs
+        fixes.append("find the rank that did not arrive (its plog under ~/ascend/log, with "
+                     "ASCEND_GLOBAL_EVENT_ENABLE=1); if a step is legitimately long, raise "
+                     "HCCL_EXEC_TIMEOUT (collectives) or HCCL_CONNECT_TIMEOUT (set-up) on every rank")
+    else:
+        fixes.append("rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) to see "
+                     "which rank is missing; if a step is legitimately long, raise the timeout "
+                     "(Trainer --ddp_timeout, deepspeed.init_distributed(timeout=...))")
     # A peer lost because another rank died is fully explained by that rank's finding.
     if consequence and lost_peer:
         return

@@ -103,6 +103,8 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
         said = "NCCL reported an InfiniBand/RoCE completion error"
     elif _texts(s.values.get("cuda_failure")):
         said = "NCCL reported a failed CUDA call"
+    elif _texts(s.values.get("mismatch")):
+        said = "NCCL found that the ranks disagree"
     else:
         said = "NCCL reported a failed connection to a peer"
     msg = [f"{said} (line {s.first.line})" + (f", NCCL {version}" if version else "") + "."]
@@ -114,11 +116,20 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                          if ib == 12 else "") + "): check the fabric (ibstat, port counters) and "
                       "whether a peer rank died first")
     os_errs = _texts(s.values.get("os_error"))
-    if os_errs or s.patterns.get("nccl-warn-failure") and not ib and not _texts(s.values.get("cuda_failure")):
+    if os_errs or (s.patterns.get("nccl-warn-failure") and not ib
+                   and not _texts(s.values.get("cuda_failure"))):
         causes.append("a peer's connection " + (f"failed ({os_errs[0]})" if os_errs else "closed")
                       + ": the rank on the other side died (its log has the first error) or the "
                       "network between the nodes dropped; NCCL_SOCKET_IFNAME must name an "
                       "interface every node can reach")
+    mismatch = next(iter(_texts(s.values.get("mismatch"))), None)
+    if mismatch:
+        local, remote = vals(s, "local_size", "first"), vals(s, "remote_size", "first")
+        sizes = f" (this rank {local} bytes, the peer {remote})" if local and remote else ""
+        causes.append(f"the ranks disagree ({mismatch}{sizes}): different NCCL versions or NCCL_* "
+                      "settings on the nodes (compare 'NCCL version' and the NCCL_ variables in "
+                      "each node's log), or ranks that call collectives in a different order or "
+                      "with different sizes")
     for cf in _texts(s.values.get("cuda_failure"))[:1]:
         causes.append(f"a CUDA call inside NCCL failed ('{cf}'): look for an earlier CUDA error, "
                       "or a driver/CUDA mismatch in the container")
@@ -133,9 +144,10 @@ def nccl_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     vers = _versions(ctx)
     if vers:
         msg.append("Versions: " + ", ".join(vers) + ".")
-    if s.patterns.get("nccl-warn-failure"):
+    warn = next((e for e in s.evidence if "NCCL WARN" in e.text), None)
+    if warn is not None:
         # NCCL_DEBUG is already on: point at what its WARN lines say instead of asking for them.
-        w = next((e for e in s.evidence if "NCCL WARN" in e.text), s.first)
+        w = warn
         fix = [f"start from the first NCCL WARN (line {w.line}): it names the failing call"]
     else:
         fix = ["rerun with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and read the first "
@@ -203,7 +215,13 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                                                          _texts(s.values.get("status")))]
     assertion = next(iter(_texts(s.values.get("assertion"))), None)
     driver_cuda = vals(s, "driver_cuda", "first")
-    if isinstance(driver_cuda, (int, float)):
+    xid = vals(s, "xid", "first")
+    if isinstance(xid, (int, float)) or s.patterns.get("gpu-fallen-off-bus"):
+        err, cause = _xid_cause(int(xid) if isinstance(xid, (int, float)) else 79,
+                                next(iter(_texts(s.values.get("pci"))), None))
+        if not isinstance(xid, (int, float)):  # the driver's multi-line message, no Xid number
+            err = "the GPU fell off the bus (the driver lost it)"
+    elif isinstance(driver_cuda, (int, float)):
         err = "The NVIDIA driver is too old"
         ver = f"{int(driver_cuda) // 1000}.{(int(driver_cuda) % 1000) // 10}"
         cause = (f"the driver supports CUDA {ver} only, older than the CUDA torch was built with",
@@ -222,6 +240,33 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     if vers:
         msg += " Versions: " + ", ".join(vers) + "."
     yield finding(msg, fix=cause[1] + ".", evidence=_evidence(s))
+
+
+#: NVIDIA's Xid codes (the kernel driver's error reports) by what they point at.
+_XID_HARDWARE = {48: "a double-bit ECC error", 63: "an ECC page retirement", 64: "an ECC page "
+                 "retirement failure", 74: "an NVLink error", 79: "the GPU fell off the bus",
+                 92: "a high single-bit ECC error rate", 94: "a contained ECC error",
+                 95: "an uncontained ECC error", 119: "a GSP firmware timeout",
+                 120: "a GSP firmware error"}
+_XID_PROGRAM = {13: "a graphics engine exception", 31: "a GPU memory page fault (MMU fault)",
+                43: "the GPU stopped processing (a kernel was killed)"}
+
+
+def _xid_cause(xid: int, pci: str | None) -> tuple[str, tuple[str, str]]:
+    """What an Xid in the kernel log means: the hardware (drain the node) or the program."""
+    where = f" on {pci}" if pci else ""
+    if xid in _XID_HARDWARE:
+        return (f"NVIDIA Xid {xid}{where}: {_XID_HARDWARE[xid]}",
+                (f"a GPU hardware or driver fault ({_XID_HARDWARE[xid]}), not the training code",
+                 "take the node out of the pool and have the GPU checked (nvidia-smi -q -d ECC, "
+                 "a GPU reset or a reboot; replace it if it recurs), then resume from the last "
+                 "checkpoint on healthy GPUs"))
+    what = _XID_PROGRAM.get(xid, "a GPU error reported by the driver")
+    return (f"NVIDIA Xid {xid}{where}: {what}",
+            (f"{what}: usually the program (an out-of-bounds access in a kernel, like an illegal "
+             "memory access), sometimes the driver",
+             "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel; if it recurs on one GPU only "
+             "or with different programs, check the GPU and the driver (nvidia-smi -q)"))
 
 
 # --------------------------------------------------------------------------------- DS116 /dev/shm
@@ -341,6 +386,10 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
     if s.patterns.get("k8s-pod-evicted") and not s.patterns.get("slurm-cancelled-due-to"):
         yield _k8s_evicted(ctx, s)
         return
+    if ((s.patterns.get("pbs-walltime-exceeded") or s.patterns.get("lsf-runlimit"))
+            and not s.patterns.get("slurm-cancelled-due-to")):
+        yield _pbs_walltime(ctx, s)
+        return
     reasons = _texts(s.values.get("reason"))
     job = (_texts(s.values.get("job_id")) or ["?"])[0]
     at = next(iter(_texts(s.values.get("at"))), None)
@@ -360,6 +409,22 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
                "save more often (--save_steps); sbatch --signal=USR1@300 gives 5 minutes to save "
                "before the limit")
     yield finding(msg, fix=fix + ".", evidence=_evidence(s) + tuple(e for _, e in saves[-1:]))
+
+
+def _pbs_walltime(ctx: Context, s: Symptom) -> Finding:
+    """PBS/Torque, Moab or LSF killed the job at its run-time limit: the limit, the last checkpoint."""
+    used, limit = vals(s, "walltime_s", "first"), vals(s, "limit_s", "first")
+    told = (f" (it ran {used} s, the limit is {limit} s = {limit / 3600:.1f} h)"
+            if isinstance(used, int) and isinstance(limit, int) else "")
+    msg = (f"The batch scheduler killed the job at its walltime limit{told} (line "
+           f"{s.first.line}): the training did not fail, it ran out of time.")
+    saves = _fact_paths(ctx, "checkpoint-save")
+    msg += (f" The last checkpoint in the log is {saves[-1][0]} (line {saves[-1][1].line})."
+            if saves else " The log shows no checkpoint save: progress since the start may be lost.")
+    ask = "bsub -W" if s.patterns.get("lsf-runlimit") else "#PBS -l walltime="
+    fix = (f"resume from the last checkpoint in a new job and ask for more time ({ask}) "
+           "or save more often (--save_steps)")
+    return finding(msg, fix=fix + ".", evidence=_evidence(s) + tuple(e for _, e in saves[-1:]))
 
 
 def _k8s_evicted(ctx: Context, s: Symptom) -> Finding:

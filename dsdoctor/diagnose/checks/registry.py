@@ -19,6 +19,7 @@ from dsdoctor.diagnose.checks import (
     preflight,
     qlora,
     run_sources,
+    ssh,
     trainer,
     zero,
 )
@@ -82,6 +83,7 @@ CHECKS: dict[str, CheckFn] = {
     "values_rejected": config_keys.values_rejected,  # DS319
     "config_differs_from_log": config_keys.config_differs_from_log,  # DS320
     "run_sources_disagree": run_sources.run_sources_disagree,  # DS321
+    "ssh_failure": ssh.ssh_failure,  # DS120
 }
 
 __all__ = ["CHECKS", "CheckFn"]
