@@ -120,7 +120,7 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
                     "settings belong at the top level of the config.")
             change = {"op": "rename", "path": u.path, "new_path": u.key, "old": value}
         if rejected:
-            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason}."
+            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason.rstrip('.')}."
                    f"{mean} ({story}; {note}.)")
             fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
                    else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
