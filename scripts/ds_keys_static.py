@@ -122,6 +122,29 @@ def _str_constants(sources: dict[str, str]) -> dict[str, str]:
     return consts
 
 
+def _forwarders(tree: ast.Module, keyval: Any, top: set[str]) -> set[str]:
+    """Helpers that take the key to read as an argument, ``def get_communication_data_type(
+    param_dict, comm_type=COMMUNICATION_DATA_TYPE, ...)`` calling ``get_scalar_param(param_dict,
+    comm_type, ...)``: their callers' second arguments are keys, and so is the default (added to
+    ``top`` here)."""
+    out: set[str] = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef) or len(fn.args.args) < 2 or fn.args.args[0].arg != "param_dict":
+            continue
+        key_arg = fn.args.args[1].arg
+        forwards = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _READERS
+                       and len(n.args) >= 2 and isinstance(n.args[1], ast.Name) and n.args[1].id == key_arg
+                       for n in ast.walk(fn))
+        if not forwards:
+            continue
+        out.add(fn.name)
+        defaults = fn.args.defaults
+        first_default = len(fn.args.args) - len(defaults)
+        if first_default <= 1:  # the key argument has a default: that key is read too
+            top.update(keyval(defaults[1 - first_default], {}))
+    return out
+
+
 def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[str], dict[str, set[str]]]:
     """Keys read from ``param_dict`` (top level) and from sections taken out of it."""
     def keyval(node: ast.AST, loops: dict[str, list[str]]) -> list[str]:
@@ -147,6 +170,7 @@ def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[
             tree = ast.parse(src)
         except SyntaxError:
             continue
+        readers = _READERS | _forwarders(tree, keyval, top)
         for fn in ast.walk(tree):
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -201,7 +225,7 @@ def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[
                     record(cont, node.left)
                 elif isinstance(node, ast.Call):
                     f = node.func
-                    if isinstance(f, ast.Name) and f.id in _READERS and len(node.args) >= 2:
+                    if isinstance(f, ast.Name) and f.id in readers and len(node.args) >= 2:
                         record(node.args[0], node.args[1])
                     elif isinstance(f, ast.Attribute) and f.attr == "get" and node.args:
                         record(f.value, node.args[0])

@@ -233,10 +233,18 @@ def test_release_ranges_and_table_note() -> None:
     assert dskeys.table_note("0.14.4", "log").endswith("(DeepSpeed 0.14.4, from the log)")
 
 
-def test_git_tag_and_sdist_reads_agree_on_keys() -> None:
-    """The 0.9.5 and 0.14.4 tables were first read from the PyPI sdists; the git tags give the
-    same keys (the git read adds the value rules): the two readers agree."""
-    for rel, keys in (("0.9.5", 49), ("0.14.4", 53)):
+def test_tables_are_read_from_the_release_tags() -> None:
+    """Every static table says where it was read from; the 0.9.5/0.14.4 tables first came from the
+    PyPI sdists, and the git tags gave the same keys plus the value rules."""
+    for rel in RELEASES[:-1]:
         raw = json.loads((ROOT / "dsdoctor" / "data" / f"ds_keys_{rel}.json").read_text())
-        assert raw["generated_by"].startswith("scripts/gen_ds_keys.py --git DeepSpeed --tag v")
-        assert len(raw["top_level"]) == keys
+        assert raw["generated_by"] == f"scripts/gen_ds_keys.py --git DeepSpeed --tag v{rel} (static read, never imported)"
+
+
+def test_keys_read_through_helpers_that_take_the_key() -> None:
+    # get_communication_data_type(param_dict, SEQ_PARALLEL_COMMUNICATION_DATA_TYPE, ...): the key
+    # was "seq_parallel_comm_data_type" until 0.16 renamed it
+    assert dskeys.table_for("0.15.4").is_known("seq_parallel_comm_data_type")
+    assert not dskeys.table_for("0.15.4").is_known("seq_parallel_communication_data_type")
+    assert dskeys.table_for("0.16.9").is_known("seq_parallel_communication_data_type")
+    assert dskeys.table_for("0.9.5").is_known("communication_data_type")  # the helper's default key
