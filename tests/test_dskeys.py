@@ -248,3 +248,43 @@ def test_keys_read_through_helpers_that_take_the_key() -> None:
     assert not dskeys.table_for("0.15.4").is_known("seq_parallel_communication_data_type")
     assert dskeys.table_for("0.16.9").is_known("seq_parallel_communication_data_type")
     assert dskeys.table_for("0.9.5").is_known("communication_data_type")  # the helper's default key
+
+
+PROBE_ACCEPTS = r"""
+import json, logging, sys
+logging.disable(logging.CRITICAL)
+import deepspeed
+from deepspeed.runtime.config import DeepSpeedConfig
+out = {"version": deepspeed.__version__}
+for name, cfg in json.loads(sys.stdin.read()).items():
+    try:
+        DeepSpeedConfig(cfg)
+        out[name] = {"ok": True}
+    except Exception as e:
+        out[name] = {"ok": False, "error": type(e).__name__, "msg": str(e)[:200]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.deepspeed
+def test_table_of_the_installed_release_predicts_what_it_refuses(ds_python: str) -> None:
+    """Whatever DeepSpeed is installed (0.19.8 on the dev box; run with --ds-python pointing at a
+    0.16.9 install to check that table too): its table's refuse/ignore/accept predictions hold."""
+    cases = {
+        "zero_typo": {"zero_optimization": {"stage": 2, "overlap_com": True}},
+        "fp16_typo": {"fp16": {"enabled": True, "intial_scale_power": 16}},
+        "top_typo": {"zero_optimisation": {"stage": 3}},
+        "frac_prefetch": {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 3774873.6}},
+        "whole_prefetch": {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 3774873}},
+        "device_upper": {"zero_optimization": {"stage": 3, "offload_param": {"device": "CPU"}}},
+        "stage5": {"zero_optimization": {"stage": 5}},
+    }
+    probe = {k: {"train_batch_size": 8, **v} for k, v in cases.items()}
+    r = subprocess.run([ds_python, "-c", PROBE_ACCEPTS], input=json.dumps(probe), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    table = dskeys.table_for(got["version"])
+    for name, cfg in cases.items():
+        refused = any(u.rejected for u in table.check(cfg)) or bool(table.check_values(cfg))
+        assert got[name]["ok"] == (not refused), (got["version"], table.release, name, got[name])
