@@ -6,6 +6,11 @@ VENV [RELEASE]`` makes one)::
 
     VENV/bin/python scripts/gen_ds_keys.py            # writes ds_keys_<installed>.json
 
+Older releases (one table per minor release, its last patch: 0.9.5, 0.10.3 ... 0.18.9) are read
+statically from a DeepSpeed clone's tags, never imported (scripts/ds_keys_static.py)::
+
+    python scripts/gen_ds_keys.py --git CLONE --tag v0.16.9   # CLONE: github.com/deepspeedai/DeepSpeed
+
 How the table is built, from DeepSpeed's own code (nothing typed by hand but the map of which
 pydantic model parses which section):
 
