@@ -6,6 +6,11 @@ VENV [RELEASE]`` makes one)::
 
     VENV/bin/python scripts/gen_ds_keys.py            # writes ds_keys_<installed>.json
 
+Older releases (one table per minor release, its last patch: 0.9.5, 0.10.3 ... 0.18.9) are read
+statically from a DeepSpeed clone's tags, never imported (scripts/ds_keys_static.py)::
+
+    python scripts/gen_ds_keys.py --git CLONE --tag v0.16.9   # CLONE: github.com/deepspeedai/DeepSpeed
+
 How the table is built, from DeepSpeed's own code (nothing typed by hand but the map of which
 pydantic model parses which section):
 
@@ -32,8 +37,7 @@ import os
 import sys
 from typing import Any, get_args, get_origin
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-OUT_DIR = os.path.join(HERE, "..", "dsdoctor", "data")
+from ds_keys_static import OUT_DIR, build_table_from_git, build_table_from_sdist, engine_optimizer_keys
 
 
 class _Keys:
@@ -216,55 +220,6 @@ def _scheduler_params() -> list[str]:
     return _signature_params(classes)
 
 
-def _engine_optimizer_keys(engine_src: str, consts: dict[str, str]) -> set[str]:
-    """optimizer.params keys the engine itself consumes (``torch_adam``, ``adam_w_mode``, Muon's).
-
-    Read statically from deepspeed/runtime/engine.py: keys taken out of ``optimizer_parameters``
-    (``pop``/``get``/``[]``/``in``), string arguments of calls that also receive it, and the
-    ``*_KEYS`` tuples the engine splits parameter groups with.
-    """
-    import ast
-
-    tree = ast.parse(engine_src)
-    keys: set[str] = set()
-
-    def val(node: ast.AST) -> str | None:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return node.value
-        if isinstance(node, ast.Name) and node.id in consts:
-            return consts[node.id]
-        return None
-
-    def is_params(node: ast.AST) -> bool:
-        return isinstance(node, ast.Name) and node.id == "optimizer_parameters"
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and is_params(node.value):
-            v = val(node.slice)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr in ("pop", "get") and is_params(node.func.value) and node.args):
-            v = val(node.args[0])
-        elif (isinstance(node, ast.Compare) and len(node.ops) == 1
-              and isinstance(node.ops[0], (ast.In, ast.NotIn)) and is_params(node.comparators[0])):
-            v = val(node.left)
-        elif isinstance(node, ast.Call) and any(is_params(a) for a in node.args):
-            for a in node.args:
-                v = val(a)
-                if v and v.isidentifier():
-                    keys.add(v)
-            continue
-        elif (isinstance(node, ast.Assign) and len(node.targets) == 1
-              and isinstance(node.targets[0], ast.Name) and node.targets[0].id.endswith("_KEYS")
-              and isinstance(node.value, (ast.Tuple, ast.List))):
-            keys.update(v for e in node.value.elts if (v := val(e)))
-            continue
-        else:
-            continue
-        if v and v.isidentifier():
-            keys.add(v)
-    return keys
-
-
 def build_table() -> dict[str, Any]:
     """Introspect the installed DeepSpeed into the known-key table."""
     logging.disable(logging.CRITICAL)
@@ -304,7 +259,7 @@ def build_table() -> dict[str, Any]:
     engine_file = os.path.join(os.path.dirname(deepspeed.__file__), "runtime", "engine.py")
     with open(engine_file, encoding="utf-8") as fh:
         engine_src = fh.read()
-    engine_keys = _engine_optimizer_keys(engine_src, {k: v for k, v in vars(ds_config).items()
+    engine_keys = engine_optimizer_keys(engine_src, {k: v for k, v in vars(ds_config).items()
                                                       if isinstance(v, str)})
     sections["optimizer.params"] = {"keys": sorted(set(_optimizer_params()) | engine_keys),
                                     "strict": False}
@@ -330,252 +285,21 @@ def build_table() -> dict[str, Any]:
     }
 
 
-# ----------------------------------------------------------------------------------------------
-# Older releases: read statically from their sdist (never imported: their code does not run on
-# today's torch/pydantic, and a developer tool should not execute downloaded code anyway).
-# Get one with:  pip download --no-deps --no-binary :all: deepspeed==0.9.5 -d /tmp/dssrc
-
-_PYDANTIC_SECTIONS = {
-    "zero_optimization": "DeepSpeedZeroConfig",
-    "zero_optimization.offload_param": "DeepSpeedZeroOffloadParamConfig",
-    "zero_optimization.offload_optimizer": "DeepSpeedZeroOffloadOptimizerConfig",
-    "fp16": "DeepSpeedFP16Config",
-    "bf16": "DeepSpeedBF16Config",
-    "tensorboard": "TensorBoardConfig",
-    "wandb": "WandbConfig",
-    "csv_monitor": "CSVConfig",
-    "comet": "CometConfig",
-    "comms_logger": "CommsLoggerConfig",
-    "compile": "CompileConfig",
-    "hybrid_engine": "HybridEngineConfig",
-}
-_READERS = {"get_scalar_param", "get_dict_param", "get_list_param"}
-
-
-def _sdist_sources(path: str) -> dict[str, str]:
-    import tarfile
-
-    out: dict[str, str] = {}
-    with tarfile.open(path) as tf:
-        for m in tf.getmembers():
-            parts = m.name.split("/")
-            if m.isfile() and m.name.endswith(".py") and len(parts) > 2 and parts[1] == "deepspeed":
-                fh = tf.extractfile(m)
-                if fh is not None:
-                    out["/".join(parts[1:])] = fh.read().decode("utf-8", "replace")
-    return out
-
-
-def _str_constants(sources: dict[str, str]) -> dict[str, str]:
-    import ast
-
-    consts: dict[str, str] = {}
-    # runtime/constants.py first: it wins name clashes, as config.py star-imports it.
-    for name in sorted(sources, key=lambda n: (not n.endswith("runtime/constants.py"), n)):
-        try:
-            tree = ast.parse(sources[name])
-        except SyntaxError:
-            continue
-        local: dict[str, str] = {}
-        for node in tree.body:  # the last assignment in a module wins (docstring, then the key)
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-                local[node.targets[0].id] = node.value.value
-        for k, v in local.items():
-            consts.setdefault(k, v)
-    return consts
-
-
-def _static_reads(sources: dict[str, str], consts: dict[str, str]) -> tuple[set[str], dict[str, set[str]]]:
-    """Keys read from ``param_dict`` (top level) and from sections taken out of it."""
-    import ast
-
-    def keyval(node: ast.AST, loops: dict[str, list[str]]) -> list[str]:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return [node.value]
-        if isinstance(node, ast.Name):
-            if node.id in loops:
-                return loops[node.id]
-            if node.id in consts:
-                return [consts[node.id]]
-        return []
-
-    top: set[str] = set()
-    sections: dict[str, set[str]] = {}
-    for name, src in sources.items():
-        # Config readers only. compression/, elasticity/ and data_pipeline/ name their *section*
-        # dict "param_dict" too; reading them would leak section keys into the top level.
-        base = name.rsplit("/", 1)[-1]
-        if not (base == "config.py" or base.endswith("_config.py")) or any(
-                d in name for d in ("compression/", "elasticity/", "data_pipeline/", "inference/")):
-            continue
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            continue
-        for fn in ast.walk(tree):
-            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            args = {a.arg for a in fn.args.args}
-            if "param_dict" not in args:
-                continue
-            loops: dict[str, list[str]] = {}
-            alias: dict[str, list[str]] = {}  # local var -> section key(s) it holds
-            for node in ast.walk(fn):
-                if (isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name)
-                        and isinstance(node.iter, (ast.List, ast.Tuple))):
-                    loops[node.target.id] = [v for e in node.iter.elts for v in keyval(e, {})]
-
-            def section_of(expr: ast.AST, alias: dict = alias, loops: dict = loops) -> list[str] | None:
-                if isinstance(expr, ast.Name) and expr.id == "param_dict":
-                    return []
-                if isinstance(expr, ast.Name) and expr.id in alias:
-                    return alias[expr.id]
-                if (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
-                        and expr.value.id == "param_dict"):
-                    return keyval(expr.slice, loops)
-                if (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
-                        and expr.func.attr == "get" and isinstance(expr.func.value, ast.Name)
-                        and expr.func.value.id == "param_dict" and expr.args):
-                    return keyval(expr.args[0], loops)
-                return None
-
-            def record(container: ast.AST, key: ast.AST, loops: dict = loops) -> None:
-                sec = section_of(container)
-                if sec is None:
-                    return
-                for k in keyval(key, loops):
-                    if sec == []:
-                        top.add(k)
-                    else:
-                        for s in sec:
-                            sections.setdefault(s, set()).add(k)
-
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    sec = section_of(node.value)
-                    if sec:
-                        alias[node.targets[0].id] = sec
-            for node in ast.walk(fn):
-                if isinstance(node, ast.Subscript):
-                    record(node.value, node.slice)
-                elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)):
-                    cont = node.comparators[0]
-                    if isinstance(cont, ast.Call) and isinstance(cont.func, ast.Attribute) and cont.func.attr == "keys":
-                        cont = cont.func.value
-                    record(cont, node.left)
-                elif isinstance(node, ast.Call):
-                    f = node.func
-                    if isinstance(f, ast.Name) and f.id in _READERS and len(node.args) >= 2:
-                        record(node.args[0], node.args[1])
-                    elif isinstance(f, ast.Attribute) and f.attr == "get" and node.args:
-                        record(f.value, node.args[0])
-    return top, sections
-
-
-def _static_models(sources: dict[str, str]) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Pydantic DeepSpeedConfigModel classes: name -> (keys, alias -> field name)."""
-    import ast
-
-    models: dict[str, tuple[list[str], dict[str, str]]] = {}
-    for src in sources.values():
-        if "DeepSpeedConfigModel" not in src:
-            continue
-        try:
-            tree = ast.parse(src)
-        except SyntaxError:
-            continue
-        for cls in ast.walk(tree):
-            if not isinstance(cls, ast.ClassDef):
-                continue
-            if not any(isinstance(b, ast.Name) and b.id == "DeepSpeedConfigModel" for b in cls.bases):
-                continue
-            keys: list[str] = []
-            aliases: dict[str, str] = {}
-            for st in cls.body:
-                if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
-                    continue
-                name = st.target.id
-                keys.append(name)
-                if isinstance(st.value, ast.Call):
-                    for kw in st.value.keywords:
-                        if kw.arg == "alias" and isinstance(kw.value, ast.Constant):
-                            keys.append(kw.value.value)
-                            aliases[kw.value.value] = name
-            models[cls.name] = (sorted(set(keys)), aliases)
-    return models
-
-
-def build_table_from_sdist(path: str) -> dict[str, Any]:
-    """The known-key table of an older release, read statically from its sdist tarball."""
-    import re as _re
-
-    m = _re.search(r"deepspeed-(\d+\.\d+\.\d+)", os.path.basename(path))
-    if not m:
-        raise SystemExit(f"{path}: expected a deepspeed-<version>.tar.gz sdist")
-    sources = _sdist_sources(path)
-    consts = _str_constants(sources)
-    top, read_sections = _static_reads(sources, consts)
-    models = _static_models(sources)
-    sections: dict[str, dict[str, Any]] = {}
-    for sec, cls in _PYDANTIC_SECTIONS.items():
-        if cls in models:
-            keys, aliases = models[cls]
-            sections[sec] = {"keys": keys, "strict": True, "model": cls}
-            if aliases:
-                sections[sec]["aliases"] = aliases
-    for sec, keys in read_sections.items():
-        if sec in sections or sec not in top:
-            continue
-        sections[sec] = {"keys": sorted(keys), "strict": False}
-    if "deepspeed/runtime/engine.py" in sources:
-        # Old releases' optimizer signatures cannot be introspected without importing them:
-        # take the engine's own keys plus torch.optim's Adam/AdamW/SGD parameters (stable API).
-        torch_params = {"lr", "betas", "eps", "weight_decay", "amsgrad", "momentum", "dampening",
-                        "nesterov", "bias_correction", "max_grad_norm", "max_coeff", "min_coeff",
-                        "freeze_step", "cuda_aware", "comm_backend_name", "foreach", "fused",
-                        "capturable", "maximize", "differentiable", "set_grad_none"}
-        sections["optimizer.params"] = {
-            "keys": sorted(_engine_optimizer_keys(sources["deepspeed/runtime/engine.py"], consts) | torch_params),
-            "strict": False}
-    for sec in ("optimizer", "scheduler"):
-        sections.setdefault(sec, {"keys": [], "strict": False})
-        sections[sec]["keys"] = sorted(set(sections[sec]["keys"]) | {"type", "params"})
-    # The static read misses keys read through helper modules (elasticity, compression,
-    # data_efficiency...). A known key must never be reported unknown, so also take every key a
-    # newer table knows (or lists as removed) when this release's sources quote it as a string.
-    quoted = set(consts.values())
-    for other in sorted(os.listdir(OUT_DIR)):
-        if other.startswith("ds_keys_") and other.endswith(".json"):
-            with open(os.path.join(OUT_DIR, other), encoding="utf-8") as fh:
-                newer = json.load(fh)
-            if newer.get("generated_by", "").startswith("scripts/gen_ds_keys.py (introspection"):
-                for k in list(newer["top_level"]) + list(newer.get("removed_top_level", {})):
-                    if k in quoted:
-                        top.add(k)
-    return {
-        "release": m.group(1),
-        "generated_by": f"scripts/gen_ds_keys.py --sdist {os.path.basename(path)} (static read, never imported)",
-        "top_level": sorted(k for k in top if k.isidentifier()),
-        "removed_top_level": {},
-        "removed_zero_optimization": {},
-        "sections": sections,
-        "behaviour": {
-            "unknown_top_level": "ignored",
-            "unknown_in_strict_section": "error",
-            "auto_values": "dropped before validation in pydantic sections",
-            "offload_param_below_stage3": "ignored",
-        },
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", default=OUT_DIR)
     ap.add_argument("--sdist", help="read an older release statically from its sdist tarball")
+    ap.add_argument("--git", metavar="CLONE", help="read a release statically from a DeepSpeed clone (with --tag)")
+    ap.add_argument("--tag", help="the release tag to read from --git, e.g. v0.16.9")
     args = ap.parse_args()
-    table = build_table_from_sdist(args.sdist) if args.sdist else build_table()
+    if bool(args.git) != bool(args.tag):
+        ap.error("--git and --tag go together")
+    if args.git:
+        table = build_table_from_git(args.git, args.tag)
+    elif args.sdist:
+        table = build_table_from_sdist(args.sdist)
+    else:
+        table = build_table()
     path = os.path.join(args.out_dir, f"ds_keys_{table['release']}.json")
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(table, fh, indent=1, sort_keys=True)

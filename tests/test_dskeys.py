@@ -18,8 +18,12 @@ from dsdoctor.facts import dskeys
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_tables_exist_for_three_releases() -> None:
-    assert dskeys.available_releases() == ["0.9.5", "0.14.4", "0.19.8"]
+RELEASES = ["0.9.5", "0.10.3", "0.11.2", "0.12.6", "0.13.5", "0.14.4", "0.15.4", "0.16.9",
+            "0.17.6", "0.18.9", "0.19.8"]
+
+
+def test_one_table_per_minor_release_from_0_9() -> None:
+    assert dskeys.available_releases() == RELEASES
     t = dskeys.table_for("0.19.8")
     assert {"train_batch_size", "zero_optimization", "fp16", "bf16", "optimizer"} <= t.top_level
     assert t.is_strict("zero_optimization") and t.is_strict("zero_optimization.offload_param")
@@ -44,9 +48,17 @@ def test_comment_keys_are_not_typos() -> None:
 
 def test_release_selection() -> None:
     assert dskeys.table_for("0.19.8").release == "0.19.8"
-    assert dskeys.table_for("0.16.2").release == "0.14.4"
-    assert dskeys.table_for("0.10.0").release == "0.9.5"
+    # a run's own minor release: that minor's table (the last patch), even from an earlier patch
+    assert dskeys.table_for("0.16.2").release == "0.16.9"
+    assert dskeys.table_for("0.10.0").release == "0.10.3"
+    assert dskeys.table_for("0.14.5").release == "0.14.4"
+    assert dskeys.table_for("0.13").release == "0.13.5"
+    # beyond the newest table: the newest below the run
+    assert dskeys.table_for("0.19.10").release == "0.19.8"
+    assert dskeys.table_for("0.20.1").release == "0.19.8"
+    assert dskeys.table_for("1.0.0").release == "0.19.8"
     assert dskeys.table_for("0.5.0").release == "0.9.5"  # older than every table: the oldest
+    assert dskeys.table_for("0.8.3").release == "0.9.5"
     assert dskeys.table_for(None).release == "0.19.8"
     assert dskeys.parse_version("v0.14.4+cu121") == (0, 14, 4)
 
@@ -72,8 +84,8 @@ def test_check_reports_ignored_and_refused_keys_with_suggestions() -> None:
     }
     old = {u.path: u.rejected for u in dskeys.table_for("0.14.4").check(cfg)}
     assert old["fp16.intial_scale_power"] is False and "amp" not in old
-    assert dskeys.releases_rejecting("fp16.intial_scale_power") == ["0.19.8"]
-    assert dskeys.releases_rejecting("zero_optimization.overlap_com") == ["0.9.5", "0.14.4", "0.19.8"]
+    assert dskeys.releases_rejecting("fp16.intial_scale_power") == ["0.17.6", "0.18.9", "0.19.8"]
+    assert dskeys.releases_rejecting("zero_optimization.overlap_com") == RELEASES
 
 
 def test_healthy_configs_have_no_unknown_keys() -> None:
@@ -162,3 +174,118 @@ def test_shipped_0_19_8_table_matches_installed_deepspeed(ds_python: str, tmp_pa
         pytest.skip(f"installed DeepSpeed is not 0.19.8 ({made.name})")
     shipped = json.loads((ROOT / "dsdoctor" / "data" / made.name).read_text())
     assert json.loads(made.read_text()) == shipped
+
+
+# Keys each release introduced, read from the diffs between consecutive tables (and checked
+# against DeepSpeed's git history: the field appears in that release's config model or reader).
+INTRODUCED = [
+    ("0.10.3", "zero_optimization.zero_quantized_weights"),  # ZeRO++ (runtime/zero/config.py)
+    ("0.12.6", "zero_optimization.offload_optimizer.ratio"),  # partial optimizer offload
+    ("0.13.5", "bf16.immediate_grad_update"),
+    ("0.14.4", "zero_optimization.stage3_use_all_reduce_for_fetch_params"),
+    ("0.15.4", "aio.use_gds"),  # GPUDirect Storage
+    ("0.16.9", "aio.intra_op_parallelism"),  # replaced aio.thread_count
+    ("0.17.6", "torch_autocast"),
+    ("0.18.9", "bf16.bf16_master_weights_and_grads"),
+]
+
+
+@pytest.mark.parametrize(("release", "path"), INTRODUCED)
+def test_key_introduced_in_a_release_is_unknown_to_the_one_before(release: str, path: str) -> None:
+    before = RELEASES[RELEASES.index(release) - 1]
+    assert dskeys.table_for(release).is_known(path), (release, path)
+    assert not dskeys.table_for(before).is_known(path), (before, path)
+
+
+def test_key_removed_in_a_release_is_unknown_from_then_on() -> None:
+    assert dskeys.table_for("0.15.4").is_known("aio.thread_count")
+    assert not dskeys.table_for("0.16.9").is_known("aio.thread_count")
+    # a config written for 0.16 linted for 0.15 is told the key was renamed the other way
+    (u,) = dskeys.table_for("0.15.4").check({"aio": {"intra_op_parallelism": 4}})
+    assert u.path == "aio.intra_op_parallelism" and not u.rejected
+
+
+def test_fp16_section_became_strict_in_0_17() -> None:
+    cfg = {"fp16": {"enabled": True, "intial_scale_power": 16}}
+    assert [u.rejected for u in dskeys.table_for("0.16.9").check(cfg)] == [False]
+    assert [u.rejected for u in dskeys.table_for("0.17.6").check(cfg)] == [True]
+    assert dskeys.releases_rejecting("fp16.intial_scale_power") == ["0.17.6", "0.18.9", "0.19.8"]
+
+
+def test_value_rules_follow_pydantic_of_each_release() -> None:
+    # pydantic 2 (DeepSpeed >= 0.15) refuses a fractional int; pydantic 1 truncated it
+    frac = {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 3774873.6}}
+    assert [b.path for b in dskeys.table_for("0.16.9").check_values(frac)] == \
+        ["zero_optimization.stage3_prefetch_bucket_size"]
+    assert dskeys.table_for("0.14.4").check_values(frac) == []
+    # an offload device outside the enum: refused by pydantic 1 and 2 alike
+    upper = {"zero_optimization": {"stage": 3, "offload_param": {"device": "CPU"}}}
+    for rel in ("0.9.5", "0.14.4", "0.16.9"):
+        (bad,) = dskeys.table_for(rel).check_values(upper)
+        assert bad.path == "zero_optimization.offload_param.device", rel
+
+
+def test_release_ranges_and_table_note() -> None:
+    assert dskeys.release_ranges(["0.19.8", "0.9.5", "0.10.3", "0.11.2", "0.16.9"]) == \
+        "0.9.5-0.11.2, 0.16.9, 0.19.8"
+    assert "table for DeepSpeed 0.16.9, the nearest one (DeepSpeed 0.16.3, from --env" in \
+        dskeys.table_note("0.16.3", "env")
+    assert dskeys.table_note("0.14.4", "log").endswith("(DeepSpeed 0.14.4, from the log)")
+
+
+def test_tables_are_read_from_the_release_tags() -> None:
+    """Every static table says where it was read from; the 0.9.5/0.14.4 tables first came from the
+    PyPI sdists, and the git tags gave the same keys plus the value rules."""
+    for rel in RELEASES[:-1]:
+        raw = json.loads((ROOT / "dsdoctor" / "data" / f"ds_keys_{rel}.json").read_text())
+        assert raw["generated_by"] == f"scripts/gen_ds_keys.py --git DeepSpeed --tag v{rel} (static read, never imported)"
+
+
+def test_keys_read_through_helpers_that_take_the_key() -> None:
+    # get_communication_data_type(param_dict, SEQ_PARALLEL_COMMUNICATION_DATA_TYPE, ...): the key
+    # was "seq_parallel_comm_data_type" until 0.16 renamed it
+    assert dskeys.table_for("0.15.4").is_known("seq_parallel_comm_data_type")
+    assert not dskeys.table_for("0.15.4").is_known("seq_parallel_communication_data_type")
+    assert dskeys.table_for("0.16.9").is_known("seq_parallel_communication_data_type")
+    assert dskeys.table_for("0.9.5").is_known("communication_data_type")  # the helper's default key
+
+
+PROBE_ACCEPTS = r"""
+import json, logging, sys
+logging.disable(logging.CRITICAL)
+import deepspeed
+from deepspeed.runtime.config import DeepSpeedConfig
+out = {"version": deepspeed.__version__}
+for name, cfg in json.loads(sys.stdin.read()).items():
+    try:
+        DeepSpeedConfig(cfg)
+        out[name] = {"ok": True}
+    except Exception as e:
+        out[name] = {"ok": False, "error": type(e).__name__, "msg": str(e)[:200]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.deepspeed
+def test_table_of_the_installed_release_predicts_what_it_refuses(ds_python: str) -> None:
+    """Whatever DeepSpeed is installed (0.19.8 on the dev box; run with --ds-python pointing at
+    another install to check its table: passed with 0.16.9 and 0.14.4 made by
+    scripts/install_deepspeed.sh): its table's refuse/ignore/accept predictions hold."""
+    cases = {
+        "zero_typo": {"zero_optimization": {"stage": 2, "overlap_com": True}},
+        "fp16_typo": {"fp16": {"enabled": True, "intial_scale_power": 16}},
+        "top_typo": {"zero_optimisation": {"stage": 3}},
+        "frac_prefetch": {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 3774873.6}},
+        "whole_prefetch": {"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 3774873}},
+        "device_upper": {"zero_optimization": {"stage": 3, "offload_param": {"device": "CPU"}}},
+        "stage5": {"zero_optimization": {"stage": 5}},
+    }
+    probe = {k: {"train_batch_size": 8, **v} for k, v in cases.items()}
+    r = subprocess.run([ds_python, "-c", PROBE_ACCEPTS], input=json.dumps(probe), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    table = dskeys.table_for(got["version"])
+    for name, cfg in cases.items():
+        refused = any(u.rejected for u in table.check(cfg)) or bool(table.check_values(cfg))
+        assert got[name]["ok"] == (not refused), (got["version"], table.release, name, got[name])

@@ -243,16 +243,57 @@ def _load(release: str) -> KeyTable:
                     removed_zero=raw.get("removed_zero_optimization", {}))
 
 
-def table_for(release: str | None) -> KeyTable:
-    """The table of the newest release not newer than ``release`` (the oldest if all are newer)."""
+def table_release_for(release: str | None) -> str:
+    """Which table lints a run of ``release``.
+
+    The tables are the last patch of each minor release. A run's own minor release is linted
+    with that minor's table (0.16.3 with 0.16.9: keys change between minor releases, seldom
+    between patches, and the miss is then a key reported known, never a good key reported
+    unknown); otherwise the newest table below the run (0.20.1 with 0.19.8); a run older than
+    every table uses the oldest. No release known: the newest table.
+    """
     rels = _releases()
     if not rels:
         raise FileNotFoundError("no dsdoctor/data/ds_keys_*.json tables (run scripts/gen_ds_keys.py)")
-    if not release:
-        return _load(rels[-1])
-    want = parse_version(release)
+    want = parse_version(release) if release else ()
+    if not want:
+        return rels[-1]
+    same_minor = [r for r in rels if parse_version(r)[:2] == want[:2]]
+    if same_minor and len(want) >= 2:
+        return same_minor[-1]
     older = [r for r in rels if parse_version(r)[:len(want)] <= want]
-    return _load(older[-1] if older else rels[0])
+    return older[-1] if older else rels[0]
+
+
+def table_for(release: str | None) -> KeyTable:
+    """The key table that lints a run of ``release`` (see :func:`table_release_for`)."""
+    return _load(table_release_for(release))
+
+
+def table_note(release: str | None, source: str = "") -> str:
+    """Which table was used, for a finding's text: the run's release and where it came from."""
+    used = table_release_for(release)
+    origin = {"env": "from --env", "log": "from the log", "--ds-version": "from --ds-version",
+              "default": "no release in --env or the log: the default"}.get(source, source)
+    run = f"DeepSpeed {release}" + (f", {origin}" if origin else "") if release else "no DeepSpeed release known"
+    if release and parse_version(release) == parse_version(used):
+        return f"checked against dsdoctor's key table for DeepSpeed {used} ({run})"
+    return (f"checked against dsdoctor's key table for DeepSpeed {used}, the nearest one "
+            f"({run}, has no table of its own)")
+
+
+def release_ranges(releases: list[str]) -> str:
+    """``["0.9.5", "0.10.3", "0.11.2", "0.16.9"]`` -> ``"0.9.5-0.11.2, 0.16.9"``: runs of
+    consecutive tables, so a key's story over eleven releases stays one short line."""
+    order = list(_releases())
+    runs: list[list[str]] = []
+    for rel in sorted(releases, key=parse_version):
+        if runs and rel in order and runs[-1][-1] in order \
+                and order.index(rel) == order.index(runs[-1][-1]) + 1:
+            runs[-1].append(rel)
+        else:
+            runs.append([rel])
+    return ", ".join(r[0] if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def releases_rejecting(path: str, value: Any = None) -> list[str]:

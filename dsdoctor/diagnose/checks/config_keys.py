@@ -68,11 +68,11 @@ def _release_story(path: str, value: Any) -> str:
             ignore.append(rel)
     parts = []
     if refuse:
-        parts.append(f"refused by DeepSpeed {', '.join(refuse)}")
+        parts.append(f"refused by DeepSpeed {dskeys.release_ranges(refuse)}")
     if ignore:
-        parts.append(f"silently ignored by {', '.join(ignore)}")
+        parts.append(f"silently ignored by {dskeys.release_ranges(ignore)}")
     if read:
-        parts.append(f"read by {', '.join(read)}")
+        parts.append(f"read by {dskeys.release_ranges(read)}")
     return "; ".join(parts)
 
 
@@ -89,6 +89,7 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
     if doc is None:
         return
     table = dskeys.table_for(ctx.ds_version)
+    note = dskeys.table_note(ctx.ds_version, ctx.ds_version_source)
     for u in table.check(doc.data):
         if u.rejected != rejected:
             continue
@@ -119,8 +120,8 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
                     "settings belong at the top level of the config.")
             change = {"op": "rename", "path": u.path, "new_path": u.key, "old": value}
         if rejected:
-            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason}."
-                   f"{mean} ({story}.)")
+            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason.rstrip('.')}."
+                   f"{mean} ({story}; {note}.)")
             fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
                    else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
                    else f"delete '{u.path}'")
@@ -128,7 +129,7 @@ def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
             effect = ("the whole section is ignored and every key in it takes its default"
                       if isinstance(value, dict) else "the default value is used instead")
             msg = (f"'{u.path}' is not a key DeepSpeed {table.release} reads: {u.reason}, so "
-                   f"{effect}.{mean} ({story}.)")
+                   f"{effect}.{mean} ({story}; {note}.)")
             fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
                    else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
                    else f"delete '{u.path}' or check the DeepSpeed config documentation for the right name")
@@ -169,11 +170,12 @@ def values_rejected(ctx: Context, rule: Any) -> Iterator[Finding]:
     if doc is None:
         return
     table = dskeys.table_for(ctx.ds_version)
+    note = dskeys.table_note(ctx.ds_version, ctx.ds_version_source)
     for bad in table.check_values(doc.data):
         hint = ' (or "auto" under the Trainer)' if ctx.run.value("uses_trainer") else ""
         yield finding(
             f"{bad.path} is {show_json(bad.value)}: DeepSpeed {table.release} refuses it at "
-            f"deepspeed.initialize ({bad.reason}; pydantic ValidationError).",
+            f"deepspeed.initialize ({bad.reason}; pydantic ValidationError; {note}).",
             path=bad.path,
             fix=f"set {bad.path} to a value that {bad.reason.replace('must be', 'is', 1)}{hint}")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from dsdoctor.diagnose.checks import zero_to_fp32
 from dsdoctor.diagnose.checks.common import (
     as_numlike,
     env_gpus,
@@ -26,10 +27,8 @@ from dsdoctor.diagnose.checks.runfacts import (
     world_size,
     zero_stage,
 )
-from dsdoctor.diagnose.checks.zero import TRAINS
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
-from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding
 
 # ----------------------------------------------------------------------------- DS106 CPU OOM
@@ -50,9 +49,9 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     stage = zero_stage(ctx)
     total, largest, src = param_count(ctx)
     ram = cpu_ram_bytes(ctx)
-    conversion = _zero_to_fp32_run(ctx, s)
-    if conversion:
-        yield _zero_to_fp32_killed(ctx, rule, s, conversion, total, src, ram)
+    conversion = zero_to_fp32.conversion_run(ctx, s)
+    if conversion:  # the offline conversion, not a training rank (checks/zero_to_fp32.py)
+        yield zero_to_fp32.conversion_killed(ctx, rule, s, conversion, total, src, ram)
         return
     if (opt == "cpu" or par == "cpu") and total:
         gpus = ctx.env_get("gpus")
@@ -92,60 +91,6 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     yield finding(" ".join(bits), fix="; ".join(fixes) + ".",
                   path="zero_optimization.offload_optimizer.device" if opt == "cpu" else None,
                   evidence=s.evidence)
-
-
-def _zero_to_fp32_run(ctx: Context, s: Any) -> str:
-    """Where the killed process is shown to be DeepSpeed's zero_to_fp32.py conversion, or ''."""
-    for ev in s.evidence:
-        if "zero_to_fp32" in ev.text:
-            return f"{ev.file}:{ev.line}"
-    for la in launches(ctx):  # a shell script (--script run.sh) or a pasted command runs it
-        if la.script and "zero_to_fp32" in la.script:
-            return la.location
-    launch = log_facts(ctx).best_launch()
-    if launch is not None and launch.script and "zero_to_fp32" in launch.script:
-        return launch.evidence.location
-    for path, text in ctx.script_sources.items():
-        if "zero_to_fp32" in path:
-            return path
-        # a script of its own that converts (deepspeed.utils.zero_to_fp32's functions) and
-        # trains nothing: the conversion is what fills the RAM
-        at = text.find("zero_to_fp32")
-        if at >= 0 and not TRAINS.search(text):
-            return f"{path}:{text.count(chr(10), 0, at) + 1}"
-    return ""
-
-
-def _zero_to_fp32_killed(ctx: Context, rule: Any, s: Any, where: str, total: int | None,
-                         src: str, ram: int | None) -> Finding:
-    """DS106 for the offline conversion: the guide's 2x-the-fp32-weights RAM figure, not start-up
-    advice (nothing is trained or partitioned here)."""
-    bits = [f"zero_to_fp32.py ({where}) was killed for host RAM (line {s.first.line}: "
-            f"{s.first.text[:80]!r}). It rebuilds the full fp32 weights on one machine from every "
-            "rank's shards and needs about twice the final fp32 weights in RAM (the Transformers "
-            "DeepSpeed guide)."]
-    fixes = []
-    if total:
-        need = 2 * 4 * total
-        bits.append(f"For {total:,} parameters ({src}) that is 2 x {gib(4 * total)} = "
-                    f"about {gib(need)}.")
-        if isinstance(ram, int):
-            bits.append(f"This machine has {gib(ram)}"
-                        + (", less than that." if ram < need else
-                           "; other processes held the rest, or the figure is a floor."))
-        fixes.append(f"run zero_to_fp32.py on a machine with at least {gib(need)} of free RAM")
-    else:
-        ctx.missing(rule.code, "the RAM zero_to_fp32.py needs (2 x the fp32 weights)",
-                    "--model PATH")
-        fixes.append("run zero_to_fp32.py on a machine with at least twice the fp32 model "
-                     "size in free RAM")
-    gather = ctx.cfg_get("zero_optimization.stage3_gather_16bit_weights_on_model_save")
-    if gather is not True and zero_stage(ctx) in (3, None):
-        fixes.append("or, for later runs, save 16-bit weights directly at the end of training "
-                     "(zero_optimization.stage3_gather_16bit_weights_on_model_save: true), "
-                     "so no conversion is needed")
-    fixes.append("and stop other memory users on that machine while it runs")
-    return finding(" ".join(bits), fix="; ".join(fixes) + ".", evidence=s.evidence)
 
 
 # ------------------------------------------------------------ DS203 offload exceeds CPU RAM
