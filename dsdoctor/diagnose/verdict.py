@@ -19,6 +19,7 @@ Order of precedence (the first that holds decides):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -153,6 +154,15 @@ def _ranks(s: Symptom) -> str:
     return f"{len(s.ranks)} ranks "
 
 
+#: An allocator's own failure message: memory was refused, the process was not killed.
+_ALLOCATION_FAILED = re.compile(r"DefaultCPUAllocator|std::bad_alloc|Cannot allocate memory|\bMemoryError\b")
+
+
+def _allocation_failed(s: Symptom) -> bool:
+    """True when every line of a cpu-oom symptom is an allocation failure, none a kill."""
+    return bool(s.evidence) and all(_ALLOCATION_FAILED.search(e.text) for e in s.evidence)
+
+
 def _evidence(*symptoms: Symptom | None) -> tuple[Evidence, ...]:
     out: list[Evidence] = []
     for s in symptoms:
@@ -203,10 +213,15 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         if s is None:
             continue
         code = exit_phrase(s) if kind == "cpu-oom" else oom_numbers(s) if kind == "gpu-oom" else ""
+        if kind == "cpu-oom" and not code and _allocation_failed(s):
+            what = "ran out of host RAM (an allocation failed; nothing was killed)"
         detail = f" ({code})" if code else ""
         tail = f" {ending}" if ending and kind != "cpu-oom" else ""
         who = _ranks(s) or "the run "
-        return verdict("failed", f"{who}{what}{detail}{steps}{tail}".strip(), s, exit_sym)
+        # steps counted in a training log say nothing about a failure in another file (a
+        # zero_to_fp32.py conversion, an install log) that prints no progress of its own
+        where = steps if any(p.file == s.first.file for p in timeline) else ""
+        return verdict("failed", f"{who}{what}{detail}{where}{tail}".strip(), s, exit_sym)
 
     collapse = get("loss-scale-collapse")
     collapsed = collapse is not None or "loss-scale-collapse" in names
