@@ -15,6 +15,7 @@ from dsdoctor.diagnose.checks import (
     infra,
     memory,
     oom,
+    optimizer,
     precision,
     preflight,
     qlora,
@@ -82,6 +83,9 @@ CHECKS: dict[str, CheckFn] = {
     "values_rejected": config_keys.values_rejected,  # DS319
     "config_differs_from_log": config_keys.config_differs_from_log,  # DS320
     "run_sources_disagree": run_sources.run_sources_disagree,  # DS321
+    "untested_zero_optimizer": optimizer.untested_zero_optimizer,  # DS216
+    "onebit_optimizer_setup": optimizer.onebit_optimizer_setup,  # DS217
+    "unknown_optimizer_or_scheduler": optimizer.unknown_optimizer_or_scheduler,  # DS322
 }
 
 __all__ = ["CHECKS", "CheckFn"]
