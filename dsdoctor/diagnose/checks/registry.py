@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dsdoctor.diagnose.checks import (
+    bf16_numerics,
     config_keys,
     failures,
     infra,
@@ -85,6 +86,8 @@ CHECKS: dict[str, CheckFn] = {
     "run_sources_disagree": run_sources.run_sources_disagree,  # DS321
     "untested_zero_optimizer": optimizer.untested_zero_optimizer,  # DS216
     "onebit_optimizer_setup": optimizer.onebit_optimizer_setup,  # DS217
+    "bf16_grad_accumulation": bf16_numerics.bf16_grad_accumulation,  # DS218
+    "bf16_reductions": bf16_numerics.bf16_reductions,  # DS219
     "unknown_optimizer_or_scheduler": optimizer.unknown_optimizer_or_scheduler,  # DS322
 }
 
