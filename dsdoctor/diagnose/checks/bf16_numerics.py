@@ -19,6 +19,11 @@ from dsdoctor.diagnose.checks.runfacts import offload_device, precision, world_s
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
 
+#: Sums of this many bf16 terms or more: each doubling of the terms can cost about one of bf16's 8
+#: mantissa bits, so 8 terms may lose 3 of them. Fewer (2-4 micro-batches, 2-4 ranks) are the
+#: everyday bf16 run, and saying so on every report would be noise.
+MANY_TERMS = 8
+
 ACCUM_KEY = "data_types.grad_accum_dtype"
 COMM_KEY = "communication_data_type"
 
@@ -38,6 +43,8 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
     if stage is None:
         return
     written = _dtype(ctx.cfg_get(ACCUM_KEY))
+    if accum.value < MANY_TERMS and not (written == "fp32" and stage >= 2):
+        return
     steps = f"gradient_accumulation_steps {accum.value} ({accum.source.describe()})"
     offload = offload_device(ctx, "optimizer")
     if stage == 1 and not offload:
@@ -94,7 +101,7 @@ def bf16_reductions(ctx: Context, rule: Any) -> Iterator[Finding]:
     if precision(ctx) != "bf16" or ctx.ds is None:
         return
     n = world_size(ctx)
-    if n is None or n < 2:
+    if n is None or n < MANY_TERMS:
         return
     written = _dtype(ctx.cfg_get(COMM_KEY))
     if written == "fp32":

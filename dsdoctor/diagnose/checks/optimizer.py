@@ -146,13 +146,14 @@ def untested_zero_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
             "the optimizer the script passed to deepspeed.initialize (the config has no optimizer section)")
     yield finding(
         f"ZeRO stopped at start-up: {what} is not one ZeRO has tested (torch Adam/AdamW/Adagrad, "
-        f"DeepSpeed's FusedAdam/CPUAdam/Lion/1-bit optimizers), and {state}.",
+        f"DeepSpeed's FusedAdam, CPUAdam, CPUAdagrad and Lion), and {state}.",
         path=ALLOW_KEY if ctx.ds is not None and allow is not None else None,
         fix=f"{fix} (ZeRO then partitions that optimizer's states like Adam's; check the loss "
             f"curve, since ZeRO was not tested with it), or use AdamW",
         evidence=ev,
-        change=({"op": "set", "path": ALLOW_KEY, "old": allow, "new": True}
-                if lintable(ctx) is not None else None))
+        change=({"op": "set", "path": ALLOW_KEY, "new": True} if allow is None else
+                {"op": "set", "path": ALLOW_KEY, "old": allow, "new": True}
+                ) if lintable(ctx) is not None else None)
 
 
 # ------------------------------------------------------------------- DS217 1-bit optimizers

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from dsdoctor.diagnose.checks import (
+    accelerate_keys,
     bf16_numerics,
     config_keys,
     failures,
@@ -89,6 +90,8 @@ CHECKS: dict[str, CheckFn] = {
     "bf16_grad_accumulation": bf16_numerics.bf16_grad_accumulation,  # DS218
     "bf16_reductions": bf16_numerics.bf16_reductions,  # DS219
     "unknown_optimizer_or_scheduler": optimizer.unknown_optimizer_or_scheduler,  # DS322
+    "zero3_init_flag": accelerate_keys.zero3_init_flag,  # DS323
+    "mixed_precision_value": accelerate_keys.mixed_precision_value,  # DS324
 }
 
 __all__ = ["CHECKS", "CheckFn"]
