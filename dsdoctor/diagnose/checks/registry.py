@@ -22,6 +22,7 @@ from dsdoctor.diagnose.checks import (
     preflight,
     qlora,
     run_sources,
+    script_loops,
     trainer,
     zero,
 )
@@ -91,6 +92,8 @@ CHECKS: dict[str, CheckFn] = {
     "bf16_reductions": bf16_numerics.bf16_reductions,  # DS219
     "unknown_optimizer_or_scheduler": optimizer.unknown_optimizer_or_scheduler,  # DS322
     "zero3_init_flag": accelerate_keys.zero3_init_flag,  # DS323
+    "backward_bypasses_accelerate": script_loops.backward_bypasses_accelerate,  # DS220
+    "fsdp_sharded_final_save": script_loops.fsdp_sharded_final_save,  # DS221
     "mixed_precision_value": accelerate_keys.mixed_precision_value,  # DS324
 }
 
