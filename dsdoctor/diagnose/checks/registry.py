@@ -18,6 +18,7 @@ from dsdoctor.diagnose.checks import (
     memory,
     oom,
     optimizer,
+    peft_offload,
     precision,
     preflight,
     qlora,
@@ -94,6 +95,7 @@ CHECKS: dict[str, CheckFn] = {
     "zero3_init_flag": accelerate_keys.zero3_init_flag,  # DS323
     "backward_bypasses_accelerate": script_loops.backward_bypasses_accelerate,  # DS220
     "fsdp_sharded_final_save": script_loops.fsdp_sharded_final_save,  # DS221
+    "peft_optimizer_offload": peft_offload.peft_optimizer_offload,  # DS222
     "mixed_precision_value": accelerate_keys.mixed_precision_value,  # DS324
 }
 
