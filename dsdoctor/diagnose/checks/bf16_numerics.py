@@ -57,9 +57,9 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
             path=ACCUM_KEY if ctx.cfg_has(ACCUM_KEY) else "bf16",
             fix=(f"set {ACCUM_KEY} from {show_json(ctx.cfg_get(ACCUM_KEY))} to \"fp32\""
                  if ctx.cfg_has(ACCUM_KEY) else
-                 f'add "data_types": {{"grad_accum_dtype": "fp32"}} to the config (ZeRO-1 then '
-                 f"uses DeepSpeed's BF16_Optimizer, which accumulates in fp32: 4 bytes per "
-                 f"parameter more GPU memory)"),
+                 'add "data_types": {"grad_accum_dtype": "fp32"} to the config (ZeRO-1 then '
+                 "uses DeepSpeed's BF16_Optimizer, which accumulates in fp32: 4 bytes per "
+                 "parameter more GPU memory)"),
             change={"op": "set", "path": ACCUM_KEY, "old": ctx.cfg_get(ACCUM_KEY), "new": "fp32"})
         return
     if stage == 0:
@@ -70,9 +70,9 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
             f"{ACCUM_KEY} \"fp32\" is not accepted without ZeRO (DeepSpeed raises "
             f"\"unsupported mix\"); ZeRO stage 1 is where it works.",
             path="zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage") else "bf16",
-            fix=f'set zero_optimization.stage to 1 and add "data_types": {{"grad_accum_dtype": '
-                f'"fp32"}} (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps '
-                f"with a larger micro batch")
+            fix='set zero_optimization.stage to 1 and add "data_types": {"grad_accum_dtype": '
+                '"fp32"} (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps '
+                "with a larger micro batch")
         return
     # Stage 2/3, or stage 1 with optimizer offload: the key is not read.
     why = f"ZeRO stage {stage}" + (f" with optimizer offload ({offload})" if offload else "")

@@ -33,8 +33,8 @@ def peft_optimizer_offload(ctx: Context, rule: Any) -> Iterator[Finding]:
     if stage == 3 and qlora(ctx).loaded_4bit:
         return  # DS210
     known = ctx.run.trainable_params
-    trainable = known.value if known is not None and isinstance(known.value, int) else None
-    if trainable is not None:
+    if known is not None and isinstance(known.value, int):
+        trainable = known.value
         moved = trainable * OFFLOADED_BYTES_PER_TRAINABLE
         if moved >= WORTH_OFFLOADING:
             return

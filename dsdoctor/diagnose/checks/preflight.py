@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding, gib, param_count
-from dsdoctor.diagnose.checks.memory import _gpus_per_node
+from dsdoctor.diagnose.checks.memory import _gpus_per_node, usable_ram
 from dsdoctor.diagnose.checks.qlora import _uses_peft as uses_peft
 from dsdoctor.diagnose.checks.runfacts import (
-    cpu_ram_bytes,
     gpu_memory_bytes,
     offload_device,
     qlora,
@@ -86,7 +85,7 @@ def _hardware(ctx: Context, rule: Any) -> _Hardware | None:
         return None
     per_node, where = _gpus_per_node(ctx)
     nodes = ctx.run.value("nodes") or 1
-    return _Hardware(total, largest or 0, src, gpu, cpu_ram_bytes(ctx), per_node,
+    return _Hardware(total, largest or 0, src, gpu, usable_ram(ctx)[0], per_node,
                      nodes if isinstance(nodes, int) and nodes > 0 else 1, where)
 
 
@@ -137,7 +136,8 @@ def setup_does_not_fit(ctx: Context, rule: Any) -> Iterator[Finding]:
     if row.gpu_bytes <= hw.gpu:
         return
     lighter = [(s, r) for s in _LADDER for r in (_row(hw, s),) if _fits(hw, r)]
-    ram = f"{gib(hw.ram)}" if hw.ram is not None else "unknown (give --env)"
+    ram = (f"{gib(hw.ram)} ({usable_ram(ctx)[1]})" if hw.ram is not None
+           else "unknown (give --env)")
     text = (f"{cur.label} on {hw.nodes} node(s) x {hw.per_node} GPU(s) ({hw.where}) needs "
             f"{_describe(hw, row)} for {hw.total:,} parameters ({hw.source}), by DeepSpeed's "
             f"estimator ({row.options.strip()}); one GPU has {gib(hw.gpu)}, so the model states "

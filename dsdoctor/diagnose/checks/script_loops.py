@@ -66,9 +66,8 @@ def loop_calls(path: str, text: str) -> LoopCalls | None:
                 accs.update(t.id for t in node.targets if isinstance(t, ast.Name))
     prepares, bare, acc_bw, saves, full = [], [], [], [], []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and node.value == "FULL_STATE_DICT":
-            full.append(src(node))
-        elif isinstance(node, ast.Attribute) and node.attr == "FULL_STATE_DICT":
+        if ((isinstance(node, ast.Constant) and node.value == "FULL_STATE_DICT")
+                or (isinstance(node, ast.Attribute) and node.attr == "FULL_STATE_DICT")):
             full.append(src(node))
         if not isinstance(node, ast.Call):
             continue
