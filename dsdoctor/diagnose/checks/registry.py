@@ -26,6 +26,7 @@ from dsdoctor.diagnose.checks import (
     script_loops,
     trainer,
     zero,
+    zero3_buckets,
 )
 
 CheckFn = Callable[[Any, Any], Iterable[Any]]
@@ -97,6 +98,7 @@ CHECKS: dict[str, CheckFn] = {
     "fsdp_sharded_final_save": script_loops.fsdp_sharded_final_save,  # DS221
     "peft_optimizer_offload": peft_offload.peft_optimizer_offload,  # DS222
     "mixed_precision_value": accelerate_keys.mixed_precision_value,  # DS324
+    "zero3_buckets_vs_hidden": zero3_buckets.zero3_buckets_vs_hidden,  # DS325
 }
 
 __all__ = ["CHECKS", "CheckFn"]
