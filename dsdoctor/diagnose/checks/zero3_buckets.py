@@ -20,6 +20,8 @@ from dsdoctor.model import Finding
 
 #: How far (as a factor either way) a bucket may be from its formula before DS325 speaks.
 FAR = 10.0
+#: A too-large bucket below this many elements (200 MB in 16-bit) holds too little to matter.
+MATERIAL_BUCKET = 100_000_000
 
 
 def formulas(h: int) -> dict[str, int]:
@@ -53,6 +55,8 @@ def zero3_buckets_vs_hidden(ctx: Context, rule: Any) -> Iterator[Finding]:
         if v is None or v <= 0 or want <= 0 or (1 / FAR) <= v / want <= FAR:
             continue
         ratio = v / want
+        if ratio > 1 and not key.endswith("threshold") and v < MATERIAL_BUCKET:
+            continue
         new: Any = "auto" if trainer else want
         yield finding(
             f"{path} is {fmt_number(v)}, {ratio:.3g}x the {_formula_text(key)} = {want:,} that "
