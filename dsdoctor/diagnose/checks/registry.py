@@ -22,6 +22,7 @@ from dsdoctor.diagnose.checks import (
     precision,
     preflight,
     qlora,
+    qlora_fsdp,
     run_sources,
     script_loops,
     trainer,
@@ -97,6 +98,9 @@ CHECKS: dict[str, CheckFn] = {
     "backward_bypasses_accelerate": script_loops.backward_bypasses_accelerate,  # DS220
     "fsdp_sharded_final_save": script_loops.fsdp_sharded_final_save,  # DS221
     "peft_optimizer_offload": peft_offload.peft_optimizer_offload,  # DS222
+    "qlora_fsdp_versions": qlora_fsdp.qlora_fsdp_versions,  # DS226
+    "qlora_fsdp_ram_efficient_loading": qlora_fsdp.qlora_fsdp_ram_efficient_loading,  # DS227
+    "qlora_fsdp_offload_params": qlora_fsdp.qlora_fsdp_offload_params,  # DS228
     "mixed_precision_value": accelerate_keys.mixed_precision_value,  # DS324
     "zero3_buckets_vs_hidden": zero3_buckets.zero3_buckets_vs_hidden,  # DS325
 }
