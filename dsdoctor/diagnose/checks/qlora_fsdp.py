@@ -31,6 +31,11 @@ def _acc(ctx: Context, key: str, message: str, fix: str) -> Finding:
                    line=ctx.accelerate.line(key))
 
 
+def _yaml(v: Any) -> str:
+    """A value as the Accelerate YAML writes it (false, not False)."""
+    return str(v).lower() if isinstance(v, bool) else repr(v)
+
+
 def _true(v: Any) -> bool:
     return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "1", "yes"))
 
@@ -68,15 +73,15 @@ def qlora_fsdp_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Findin
         v = ctx.acc_get(LOADING_KEY)
         if _true(v):
             return
-        state = "not set" if v is None else f"{v!r}"
+        state = "not set" if v is None else _yaml(v)
         yield _acc(
             ctx, LOADING_KEY if ctx.accelerate.has(LOADING_KEY) else "distributed_type",
             f"QLoRA with FSDP and {LOADING_KEY} {state}: every rank loads the whole base model "
             f"into CPU RAM before FSDP shards it, instead of rank 0 alone (the others get their "
             f"shards from it); the PEFT guide's QLoRA + FSDP config sets it to true.",
-            fix=(f"set {LOADING_KEY} from {v!r} to true" if v is not None else
-                 f"add fsdp_cpu_ram_efficient_loading: true under fsdp_config")
-            + " (it needs fsdp_sync_module_states: true, which Accelerate then sets)")
+            fix=(f"set {LOADING_KEY} from {_yaml(v)} to true" if v is not None else
+                 "add fsdp_cpu_ram_efficient_loading: true under fsdp_config")
+            + " (FSDP1 also needs fsdp_sync_module_states: true; Accelerate turns it on itself)")
         return
     env_vars = ctx.env_get("env_vars")
     if not isinstance(env_vars, dict):
@@ -114,6 +119,6 @@ def qlora_fsdp_offload_params(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"{gib(gpu)} GPU ({gpu_src}), before the gathered layer, the LoRA states and the "
         f"activations. The PEFT guide's 70B-on-2x24GB recipe offloads the parameters "
         f"(fsdp_offload_params: true).",
-        fix=(f"set {OFFLOAD_KEY} from {v!r} to true" if v is not None else
+        fix=(f"set {OFFLOAD_KEY} from {_yaml(v)} to true" if v is not None else
              "add fsdp_offload_params: true under fsdp_config")
         + " (slower steps: the shards live in CPU RAM)")
