@@ -168,22 +168,40 @@ def onebit_optimizer_setup(ctx: Context, rule: Any) -> Iterator[Finding]:
         return  # DS322 says the name is gone in this release
     stage = zero_stage(ctx)
     backend = ctx.cfg_get("optimizer.params.comm_backend_name", "nccl")
-    needs = ("cupy (the NCCL backend imports it; pip install \"deepspeed[1bit]\" or the "
-             "cupy-cudaXXX wheel of your CUDA)" if backend == "nccl" else
-             "mpi4py and cupy (pip install \"deepspeed[1bit_mpi]\")" if backend == "mpi" else "")
-    if stage is None or stage == 0:
-        if stage is None:
-            ctx.missing(rule.code, "whether ZeRO is on with the 1-bit optimizer", "--config")
+    wanted = {"nccl": ("cupy",), "mpi": ("mpi4py", "cupy")}.get(str(backend), ())
+    if stage is None:
+        ctx.missing(rule.code, "whether ZeRO is on with the 1-bit optimizer", "--config")
         return
+    if stage > 0:
+        yield finding(
+            f"optimizer.type is {show_json(typ)} with ZeRO stage {stage} ({stage_source(ctx)}): "
+            f"DeepSpeed builds its 1-bit optimizers only without ZeRO and stops at "
+            f"deepspeed.initialize (\"{_ONEBIT_ASSERT[canon]} is not compatible with ZeRO\").",
+            path=("zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage")
+                  else "optimizer.type"),
+            fix=(f"set zero_optimization.stage from {stage} to 0 to keep {canon} (its states are "
+                 f"then not partitioned; it also needs {' and '.join(wanted) or 'its backend'}), "
+                 f"or set optimizer.type from {show_json(typ)} to \"AdamW\" to keep ZeRO"))
+        return
+    packages = ctx.env_get("packages")
+    if not wanted:
+        return
+    if not isinstance(packages, dict) or any(p not in packages for p in wanted):
+        ctx.missing(rule.code, f"whether {' and '.join(wanted)} (the {canon} {backend} backend) "
+                    "is installed", "--env snapshot.json")
+        return
+    absent = [p for p in wanted if not packages.get(p)]
+    if not absent:
+        return
+    extra = "deepspeed[1bit]" if backend == "nccl" else "deepspeed[1bit_mpi]"
     yield finding(
-        f"optimizer.type is {show_json(typ)} with ZeRO stage {stage} ({stage_source(ctx)}): DeepSpeed "
-        f"builds its 1-bit optimizers only without ZeRO and stops at deepspeed.initialize "
-        f"(\"{_ONEBIT_ASSERT[canon]} is not compatible with ZeRO\"). "
-        + (f"Without ZeRO it also needs {needs}, which a plain pip install of DeepSpeed lacks."
-           if needs else ""),
-        path="zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage") else "optimizer.type",
-        fix=(f"set zero_optimization.stage from {stage} to 0 to keep {canon} (its states are then "
-             f"not partitioned), or set optimizer.type from {show_json(typ)} to \"AdamW\" to keep ZeRO"))
-
+        f"optimizer.type is {show_json(typ)} with the {backend} communication backend, and the "
+        f"environment ({ctx.env_source}) has no {' or '.join(absent)}: the 1-bit optimizers' "
+        f"compressed all-reduce imports it, and a plain `pip install deepspeed` (the PyPI wheel) "
+        f"does not bring it, so the run stops at the optimizer's creation.",
+        path="optimizer.params.comm_backend_name" if ctx.cfg_has(
+            "optimizer.params.comm_backend_name") else "optimizer.type",
+        fix=(f"pip install \"{extra}\" (or the cupy wheel of your CUDA, e.g. cupy-cuda12x"
+             + (", and mpi4py" if "mpi4py" in absent else "") + "), or use AdamW"))
 
 _ONEBIT_ASSERT = {"OneBitAdam": "1bit-Adam", "ZeroOneAdam": "0/1 Adam", "OneBitLamb": "1bit-Lamb"}
