@@ -14,16 +14,26 @@ from typing import Any
 from dsdoctor.diagnose.checks.common import ampere_ok, finding, gib1, param_count, show_json
 from dsdoctor.diagnose.checks.runfacts import cpu_ram_bytes, zero_stage
 from dsdoctor.facts.context import Context
-from dsdoctor.model import Finding
+from dsdoctor.model import Evidence, Finding
 
 INIT_KEY = "deepspeed_config.zero3_init_flag"
 PRECISIONS = ("no", "fp8", "fp16", "bf16")
 
 
-def _acc_finding(ctx: Context, key: str, message: str, fix: str) -> Finding:
+def _acc_finding(ctx: Context, key: str, message: str, fix: str,
+                 evidence: tuple[Evidence, ...] = ()) -> Finding:
     assert ctx.accelerate is not None
     return finding(message, fix=fix, path=key, file=ctx.accelerate.path,
-                   line=ctx.accelerate.line(key))
+                   line=ctx.accelerate.line(key), evidence=evidence)
+
+
+def _refusals(ctx: Context) -> tuple[Evidence, ...]:
+    """The log's own refusal of the value (accelerate launch / Accelerator()), when it has one."""
+    s = ctx.symptom("python-exception")
+    if s is None:
+        return ()
+    return tuple(e for e in s.evidence if "mixed_precision mode" in e.text
+                 or "is not a valid PrecisionType" in e.text)[:2]
 
 
 def _flag(v: Any) -> bool | None:
@@ -110,4 +120,4 @@ def mixed_precision_value(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"help text \"Set this to True\" is not a value), so `accelerate launch` stops before "
         f"any process starts (\"ValueError: Unknown mixed_precision mode: ...\"), and so does "
         f"Accelerator() in a script started without it.",
-        fix=fix)
+        fix=fix, evidence=_refusals(ctx))
