@@ -14,6 +14,7 @@ from dsdoctor.diagnose.checks import (
     bf16_numerics,
     config_keys,
     failures,
+    fsdp_peft_wrap,
     infra,
     memory,
     oom,
@@ -25,9 +26,11 @@ from dsdoctor.diagnose.checks import (
     qlora_fsdp,
     run_sources,
     script_loops,
+    tf32,
     trainer,
     zero,
     zero3_buckets,
+    zero_checkpoint_load,
 )
 
 CheckFn = Callable[[Any, Any], Iterable[Any]]
@@ -98,6 +101,9 @@ CHECKS: dict[str, CheckFn] = {
     "backward_bypasses_accelerate": script_loops.backward_bypasses_accelerate,  # DS220
     "fsdp_sharded_final_save": script_loops.fsdp_sharded_final_save,  # DS221
     "peft_optimizer_offload": peft_offload.peft_optimizer_offload,  # DS222
+    "tf32_without_ampere": tf32.tf32_without_ampere,  # DS223
+    "engine_use_after_fp32_load": zero_checkpoint_load.engine_use_after_fp32_load,  # DS224
+    "fsdp_peft_without_wrap_policy": fsdp_peft_wrap.fsdp_peft_without_wrap_policy,  # DS225
     "qlora_fsdp_versions": qlora_fsdp.qlora_fsdp_versions,  # DS226
     "qlora_fsdp_ram_efficient_loading": qlora_fsdp.qlora_fsdp_ram_efficient_loading,  # DS227
     "qlora_fsdp_offload_params": qlora_fsdp.qlora_fsdp_offload_params,  # DS228
