@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsdoctor.diagnose.checks.common import as_numlike, gib
+from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.estimate import ACTIVATION_NOTE, Activations, activation_memory
 
@@ -58,13 +59,15 @@ def activation_estimate(ctx: Context) -> ActivationEstimate | None:
     heads = next((_int(raw.get(k)) for k in _HEADS if _int(raw.get(k))), None)
     micro = ctx.run.micro_batch
     mb = _int(micro.value) if micro is not None else None
-    seq_arg = next((k for k in SEQ_ARGS if _int(ctx.trainer_args.get(k))), None)
-    if not (hidden and layers and heads and mb and seq_arg):
+    found = next(((k, a) for k in SEQ_ARGS for a in (run_arg(ctx, k),)
+                  if a is not None and _int(a[0])), None)
+    if not (hidden and layers and heads and mb and found):
         return None
-    seq = _int(ctx.trainer_args[seq_arg])
+    seq_arg, (raw_seq, seq_where) = found
+    seq = _int(raw_seq)
     assert seq is not None and micro is not None
     gc = ctx.run.value("gradient_checkpointing")
     where = (f"{getattr(m, 'path', 'config.json')}, micro batch from "
-             f"{micro.source.describe()}, --{seq_arg} {seq}")
+             f"{micro.source.describe()}, {seq_where} {seq}")
     return ActivationEstimate(activation_memory(hidden, layers, heads, seq, mb, vocab), mb, seq,
                               gc if isinstance(gc, bool) else None, where)
