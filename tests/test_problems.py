@@ -155,3 +155,23 @@ def test_verbose_flag_reaches_the_text_and_markdown(capsys) -> None:
         assert marker not in capsys.readouterr().out
         assert main(["analyze", log, "--format", fmt, "--color", "never", "--verbose"]) == 1
         assert marker in capsys.readouterr().out
+
+
+def test_a_finding_that_quotes_the_fatal_exception_joins_the_exit_problem() -> None:
+    """DS216 quotes ZeRO's assertion, the line the ranks died on: one problem, not two."""
+    rep = _sample("zero_untested_optimizer")
+    assert len(rep.problems) == 1
+    (p,) = rep.problems
+    assert p.cause == "exit" and p.severity == "error"
+    assert p.rules[0] == "DS216"
+    lines = [e.line for e in p.evidence]
+    assert 51 in lines and len(lines) == len(set(lines))
+
+
+def test_accelerate_refusing_mixed_precision_is_one_problem_at_the_config_line() -> None:
+    folder = SAMPLES / "accelerate_mixed_precision_true"
+    rep = run_analysis([str(folder / "train.log")],
+                       configs=[str(folder / "accelerate_config.yaml")], engine="python")
+    assert [p.rules for p in rep.problems] == [("DS324",)]
+    f = next(f for f in rep.findings if f.rule == "DS324")
+    assert f.config_path == "mixed_precision" and f.config_line == 9

@@ -96,12 +96,16 @@ def _n(v: object) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
-def _cause_of_finding(f: Finding, present: set[str]) -> str:
-    """The cause a finding explains, when that cause's symptoms are in the log; else its own."""
+def _cause_of_finding(f: Finding, present: set[str],
+                      exit_lines: frozenset[tuple[str, int]] = frozenset()) -> str:
+    """The cause a finding explains, when that cause's symptoms are in the log; else its own.
+
+    A finding that quotes the exception a rank died on (DS216 quotes ZeRO's assertion) explains
+    the exit: it joins that problem instead of telling the same line twice."""
     for cause, kinds, names in CAUSES:
         if f.name in names and present & set(kinds):
             return cause
-    if f.name in EXIT_RULES:
+    if f.name in EXIT_RULES or any((e.file, e.line) in exit_lines for e in f.evidence):
         return "exit"
     return f"rule:{f.rule}:{f.name}"
 
@@ -230,8 +234,10 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
     for s in symptoms:  # a kind no cause lists yet is still told, as a problem of its own
         if s.kind not in known:
             groups.setdefault(s.kind, _Group(s.kind)).symptoms.append(s)
+    exit_lines = frozenset((e.file, e.line) for s in symptoms if s.kind == "python-exception"
+                           for e in s.evidence)
     for f in findings:
-        cause = _cause_of_finding(f, present)
+        cause = _cause_of_finding(f, present, exit_lines)
         groups.setdefault(cause, _Group(cause)).findings.append(f)
     exits = [s for s in symptoms if s.kind in EXIT_KINDS]
     killer = _killer(groups)

@@ -47,6 +47,10 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "triton": ("triton",),
     "datasets": ("datasets",),
     "numpy": ("numpy",),
+    # The 1-bit optimizers' communication backends (deepspeed[1bit] / [1bit_mpi]); PyPI's
+    # deepspeed does not bring them.
+    "cupy": ("cupy", "cupy-cuda12x", "cupy-cuda11x", "cupy-cuda13x"),
+    "mpi4py": ("mpi4py",),
 }
 
 #: Environment variables that matter to distributed training, by exact name ...

@@ -221,3 +221,51 @@ def offload_need(stage: int, total_params: int, largest_layer_params: int | None
         return est.row(offload_optimizer, offload_param and offload_optimizer, zero_init)
     est = estimate_zero2(total_params, num_gpus_per_node, num_nodes)
     return est.row(offload_optimizer)
+
+
+# ------------------------------------------------------------------------- activation memory
+
+#: What an activation figure leaves out (printed next to it).
+ACTIVATION_NOTE = (
+    "leave out allocator fragmentation, the CUDA context (about 0.5-1 GiB per GPU), temporary "
+    "buffers and DeepSpeed's communication buckets"
+)
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Activation memory of one micro-batch on one GPU (data parallel, no tensor parallelism).
+
+    Per transformer layer, in 16-bit training, Korthikanti et al. 2022 ("Reducing Activation
+    Recomputation in Large Transformer Models", table 2, t=1) count ``s*b*h*(34 + 5*a*s/h)``
+    bytes: 34*s*b*h for the layer's inputs, projections, MLP and dropout masks, and
+    ``5*a*s^2*b`` for the attention scores, softmax and its dropout mask, which fused attention
+    (SDPA/flash, Transformers' default) never stores. Full gradient checkpointing keeps only each
+    layer's 16-bit input (2*s*b*h) and recomputes one layer at a time (that layer's full share).
+    The LM head's logits count 6*s*b*V (16-bit logits and their fp32 copy for the loss).
+    """
+
+    per_layer_bytes: int  # one layer, fused attention
+    scores_per_layer_bytes: int  # the attention-score term eager attention adds per layer
+    layers: int
+    logits_bytes: int
+    checkpoint_input_bytes: int  # one layer's kept input under gradient checkpointing
+
+    def total(self, checkpointing: bool, eager_attention: bool = False) -> int:
+        layer = self.per_layer_bytes + (self.scores_per_layer_bytes if eager_attention else 0)
+        if checkpointing:
+            return self.layers * self.checkpoint_input_bytes + layer + self.logits_bytes
+        return self.layers * layer + self.logits_bytes
+
+
+def activation_memory(hidden: int, layers: int, heads: int, seq: int, micro_batch: int,
+                      vocab: int | None) -> Activations:
+    """The activation estimate for a decoder-style transformer (see :class:`Activations`)."""
+    if min(hidden, layers, heads, seq, micro_batch) <= 0:
+        raise ValueError("hidden, layers, heads, seq and micro_batch must be positive")
+    sbh = seq * micro_batch * hidden
+    return Activations(per_layer_bytes=34 * sbh,
+                       scores_per_layer_bytes=5 * heads * seq * seq * micro_batch,
+                       layers=layers,
+                       logits_bytes=6 * seq * micro_batch * (vocab or 0),
+                       checkpoint_input_bytes=2 * sbh)

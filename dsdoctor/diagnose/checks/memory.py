@@ -31,6 +31,24 @@ from dsdoctor.facts.context import Context
 from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
 from dsdoctor.model import Finding
 
+# ------------------------------------------------------------------- RAM a process may use
+
+CGROUP_KEY = "cpu.cgroup_memory_limit_bytes"
+
+
+def usable_ram(ctx: Context) -> tuple[int | None, str]:
+    """(bytes, where) of the RAM the run may use: the container's cgroup limit when the env
+    snapshot has one below the host's RAM (the kernel kills at the limit, not at the host total),
+    else the host RAM of the run model."""
+    ram = cpu_ram_bytes(ctx)
+    limit = ctx.env_get(CGROUP_KEY)
+    if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and (
+            ram is None or limit < ram):
+        host = f" on a host with {gib(ram)}" if ram else ""
+        return limit, f"the container's memory limit ({CGROUP_KEY}{host})"
+    return ram, ctx.env_source or "env"
+
+
 # ----------------------------------------------------------------------------- DS106 CPU OOM
 
 
@@ -48,7 +66,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
     stage = zero_stage(ctx)
     total, largest, src = param_count(ctx)
-    ram = cpu_ram_bytes(ctx)
+    ram, ram_src = usable_ram(ctx)
     conversion = zero_to_fp32.conversion_run(ctx, s)
     if conversion:  # the offline conversion, not a training rank (checks/zero_to_fp32.py)
         yield zero_to_fp32.conversion_killed(ctx, rule, s, conversion, total, src, ram)
@@ -63,7 +81,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
                     f"estimator says that needs {gib(row.cpu_bytes)} of RAM per node for "
                     f"{total:,} parameters ({src}); these figures {SCOPE_NOTE} (see DS203).")
         if isinstance(ram, int):
-            bits.append(f"The node has {gib(ram)}.")
+            bits.append(f"The node has {gib(ram)} ({ram_src}).")
     elif opt == "cpu" or par == "cpu":
         ctx.missing(rule.code, "the RAM the offload needs", "--model PATH")
     if (opt == "cpu" or par == "cpu") and not isinstance(ram, int):
@@ -124,7 +142,7 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
         ctx.missing(rule.code, "the parameter count for DeepSpeed's offload estimate",
                     "--model PATH")
         return
-    ram = cpu_ram_bytes(ctx)
+    ram, ram_src = usable_ram(ctx)
     if not isinstance(ram, int) or ram <= 0:
         ctx.missing(rule.code, "CPU RAM against the offload estimate", "--env snapshot.json")
         return
@@ -153,7 +171,9 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
     else:
         fixes.append("ZeRO-3 (whose CPU need is split across nodes) with NVMe offload")
     fixes.append("more nodes (ZeRO-3 divides the CPU need by the node count), or a node with "
-                 f"more than {gib(row.cpu_bytes)} of RAM")
+                 f"more than {gib(row.cpu_bytes)} of RAM"
+                 + (f" (or a container memory limit above it: {CGROUP_KEY} is {gib(ram)})"
+                    if ram_src.startswith("the container") else ""))
     path = ("zero_optimization.offload_param.device" if par == "cpu"
             else "zero_optimization.offload_optimizer.device")
     yield finding(
@@ -161,7 +181,7 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"(estimate_zero{3 if stage >= 3 else 2}_model_states_mem_needs, {row.options.strip()}) "
         f"that needs {gib(row.cpu_bytes)} of CPU RAM per node for {total:,} parameters ({src}) "
         f"on {nodes} node(s) x {gpn} GPU(s) ({gpn_src}), but the node has {gib(ram)} "
-        f"({ctx.env_source or 'env'}). These estimates {SCOPE_NOTE}.{seen}",
+        f"({ram_src}). These estimates {SCOPE_NOTE}.{seen}",
         fix="; ".join(fixes) + ".", path=path, severity=sev,
         evidence=oom.evidence if oom is not None else ())
 

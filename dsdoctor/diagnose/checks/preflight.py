@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from dsdoctor.diagnose.checks.activations import ActivationEstimate, activation_estimate
 from dsdoctor.diagnose.checks.common import finding, gib, param_count
-from dsdoctor.diagnose.checks.memory import _gpus_per_node
+from dsdoctor.diagnose.checks.memory import _gpus_per_node, usable_ram
 from dsdoctor.diagnose.checks.qlora import _uses_peft as uses_peft
 from dsdoctor.diagnose.checks.runfacts import (
-    cpu_ram_bytes,
     gpu_memory_bytes,
     offload_device,
     qlora,
@@ -32,6 +32,9 @@ from dsdoctor.model import Finding
 #: activations, CUDA kernels and the allocator (the guide: "CUDA kernels and activations need
 #: extra").
 FIT_SHARE = 0.8
+#: With the activations estimated too, a setup fits when states + activations take at most this
+#: share of one GPU (the rest: CUDA context, fragmentation, temporary buffers).
+FIT_SHARE_WITH_ACTIVATIONS = 0.9
 #: Offload is unneeded when the same stage without offload takes at most this share of one GPU.
 ROOM_SHARE = 0.5
 
@@ -86,7 +89,7 @@ def _hardware(ctx: Context, rule: Any) -> _Hardware | None:
         return None
     per_node, where = _gpus_per_node(ctx)
     nodes = ctx.run.value("nodes") or 1
-    return _Hardware(total, largest or 0, src, gpu, cpu_ram_bytes(ctx), per_node,
+    return _Hardware(total, largest or 0, src, gpu, usable_ram(ctx)[0], per_node,
                      nodes if isinstance(nodes, int) and nodes > 0 else 1, where)
 
 
@@ -99,8 +102,11 @@ def _row(hw: _Hardware, s: _Setup) -> EstimateRow:
                         s.offload_optimizer, s.offload_param)
 
 
-def _fits(hw: _Hardware, row: EstimateRow) -> bool:
-    return row.gpu_bytes <= FIT_SHARE * hw.gpu and (hw.ram is None or row.cpu_bytes <= hw.ram)
+def _fits(hw: _Hardware, row: EstimateRow, act: int = 0) -> bool:
+    """States (+ activations when estimated) within the GPU share, CPU side within the RAM."""
+    gpu_ok = (row.gpu_bytes + act <= FIT_SHARE_WITH_ACTIVATIONS * hw.gpu if act else
+              row.gpu_bytes <= FIT_SHARE * hw.gpu)
+    return gpu_ok and (hw.ram is None or row.cpu_bytes <= hw.ram)
 
 
 def _describe(hw: _Hardware, row: EstimateRow) -> str:
@@ -134,26 +140,48 @@ def setup_does_not_fit(ctx: Context, rule: Any) -> Iterator[Finding]:
     if hw is None:
         return
     row = _row(hw, cur)
-    if row.gpu_bytes <= hw.gpu:
+    est = activation_estimate(ctx)
+    act = est.bytes_for() if est is not None else 0
+    if row.gpu_bytes + act <= hw.gpu:
         return
-    lighter = [(s, r) for s in _LADDER for r in (_row(hw, s),) if _fits(hw, r)]
-    ram = f"{gib(hw.ram)}" if hw.ram is not None else "unknown (give --env)"
+    ram = (f"{gib(hw.ram)} ({usable_ram(ctx)[1]})" if hw.ram is not None
+           else "unknown (give --env)")
+    states_alone = row.gpu_bytes > hw.gpu
     text = (f"{cur.label} on {hw.nodes} node(s) x {hw.per_node} GPU(s) ({hw.where}) needs "
             f"{_describe(hw, row)} for {hw.total:,} parameters ({hw.source}), by DeepSpeed's "
-            f"estimator ({row.options.strip()}); one GPU has {gib(hw.gpu)}, so the model states "
-            f"alone do not fit and the run will stop with a CUDA OOM. The figures {SCOPE_NOTE}. "
-            f"Host RAM: {ram}.")
-    if lighter:
-        s, r = lighter[0]
-        fix = (f"use the lightest setup that fits: {s.label} ({_describe(hw, r)}, at most "
-               f"{FIT_SHARE:.0%} of the GPU so activations have room)")
-        change = _change(ctx, cur, s)
-    else:
-        fix = ("no ZeRO stage/CPU offload fits these GPUs and this RAM: add GPUs or nodes (ZeRO-3 "
-               "divides the states by the GPU count), or offload to NVMe (ZeRO-Infinity)")
-        change = None
+            f"estimator ({row.options.strip()}); one GPU has {gib(hw.gpu)}, so "
+            + ("the model states alone do not fit" if states_alone else
+               f"with the {gib(act)} of activations the GPU is full")
+            + f" and the run will stop with a CUDA OOM. The figures {SCOPE_NOTE}. "
+            + (f"Activation estimate: {est.describe()}. " if est is not None else
+               "Activations are not counted (--model with heads and a sequence-length argument "
+               "such as --max_seq_length would let dsdoctor estimate them). ")
+            + f"Host RAM: {ram}.")
+    fix, change = _lighter_fix(ctx, hw, cur, row, est)
     yield finding(text, fix=fix + ".", path="zero_optimization.stage", change=change)
 
+
+def _lighter_fix(ctx: Context, hw: _Hardware, cur: _Setup, row: EstimateRow,
+                 est: ActivationEstimate | None) -> tuple[str, dict[str, Any] | None]:
+    """The first rung of the guide's ladder that fits: gradient checkpointing, then the lightest
+    ZeRO stage/offload; with neither, more GPUs or a smaller micro batch."""
+    if est is not None and est.checkpointing is not True and _fits(hw, row, est.bytes_for(True)):
+        return (f"turn on gradient checkpointing (--gradient_checkpointing true, or "
+                f"model.gradient_checkpointing_enable()): activations drop to about "
+                f"{gib(est.bytes_for(True))} and {cur.label} then fits"), None
+    act = est.bytes_for(True) if est is not None else 0
+    lighter = [(s, r) for s in _LADDER for r in (_row(hw, s),) if _fits(hw, r, act)]
+    if lighter:
+        s, r = lighter[0]
+        gc = ("turn on gradient checkpointing and " if est is not None
+              and est.checkpointing is not True else "")
+        share = FIT_SHARE_WITH_ACTIVATIONS if act else FIT_SHARE
+        return (f"{gc}use the lightest setup that fits: {s.label} ({_describe(hw, r)}, with "
+                f"{'the activations ' if act else ''}at most {share:.0%} of the GPU"
+                f"{'' if act else ' so activations have room'})"), _change(ctx, cur, s)
+    more = (" or a smaller micro batch (activations scale with it)" if est is not None else "")
+    return ("no ZeRO stage/CPU offload fits these GPUs and this RAM: add GPUs or nodes (ZeRO-3 "
+            "divides the states by the GPU count), or offload to NVMe (ZeRO-Infinity)" + more), None
 
 def _change(ctx: Context, cur: _Setup, new: _Setup) -> dict[str, Any] | None:
     """The config edit for a stage change alone (offload edits are said in words: the device

@@ -1,0 +1,120 @@
+"""bf16 numerics the Transformers guide warns about: gradients accumulated in bf16 (DS218) and
+gradient reductions in bf16 across several GPUs (DS219). Both are advice (info): the run works,
+but loses precision the config can buy back.
+
+What DeepSpeed does with ``data_types.grad_accum_dtype`` (runtime/engine.py,
+``_do_optimizer_sanity_check``, the same from 0.7.6 to 0.19.8): with bf16 and ZeRO stage 1 without
+CPU offload, ``"fp32"`` selects the BF16_Optimizer, which accumulates gradients in fp32; ZeRO
+stages 2 and 3 never read the key (their gradient partitions stay in bf16); and without ZeRO a
+bf16 model with fp32 accumulation is an "unsupported mix" (NotImplementedError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from dsdoctor.diagnose.checks.common import finding, show_json
+from dsdoctor.diagnose.checks.runfacts import offload_device, precision, world_size, zero_stage
+from dsdoctor.facts.context import Context
+from dsdoctor.model import Finding
+
+#: Sums of this many bf16 terms or more: each doubling of the terms can cost about one of bf16's 8
+#: mantissa bits, so 8 terms may lose 3 of them. Fewer (2-4 micro-batches, 2-4 ranks) are the
+#: everyday bf16 run, and saying so on every report would be noise.
+MANY_TERMS = 8
+
+ACCUM_KEY = "data_types.grad_accum_dtype"
+COMM_KEY = "communication_data_type"
+
+
+def _dtype(v: Any) -> str | None:
+    return v.strip().lower() if isinstance(v, str) and v.strip().lower() != "auto" else None
+
+
+def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS218: bf16 with gradient accumulation, gradients summed in bf16."""
+    if precision(ctx) != "bf16" or ctx.ds is None:
+        return
+    accum = ctx.run.grad_accum
+    if accum is None or not isinstance(accum.value, int) or accum.value <= 1:
+        return
+    stage = zero_stage(ctx)
+    if stage is None:
+        return
+    written = _dtype(ctx.cfg_get(ACCUM_KEY))
+    if accum.value < MANY_TERMS and not (written == "fp32" and stage >= 2):
+        return
+    steps = f"gradient_accumulation_steps {accum.value} ({accum.source.describe()})"
+    offload = offload_device(ctx, "optimizer")
+    if stage == 1 and not offload:
+        if written == "fp32":
+            return
+        yield finding(
+            f"bf16 with {steps}: DeepSpeed sums the {accum.value} micro-batches' gradients in the "
+            f"model's dtype unless {ACCUM_KEY} says otherwise ({show_json(ctx.cfg_get(ACCUM_KEY))} "
+            f"here), and bf16 keeps 8 bits of mantissa, so small gradients are lost in the sum.",
+            path=ACCUM_KEY if ctx.cfg_has(ACCUM_KEY) else "bf16",
+            fix=(f"set {ACCUM_KEY} from {show_json(ctx.cfg_get(ACCUM_KEY))} to \"fp32\""
+                 if ctx.cfg_has(ACCUM_KEY) else
+                 'add "data_types": {"grad_accum_dtype": "fp32"} to the config (ZeRO-1 then '
+                 "uses DeepSpeed's BF16_Optimizer, which accumulates in fp32: 4 bytes per "
+                 "parameter more GPU memory)"),
+            change={"op": "set", "path": ACCUM_KEY, "old": ctx.cfg_get(ACCUM_KEY), "new": "fp32"})
+        return
+    if stage == 0:
+        if written == "fp32":
+            return  # DeepSpeed refuses this mix at start-up; the run's own error says so
+        yield finding(
+            f"bf16 without ZeRO and {steps}: gradients are summed in bf16 (8 bits of mantissa). "
+            f"{ACCUM_KEY} \"fp32\" is not accepted without ZeRO (DeepSpeed raises "
+            f"\"unsupported mix\"); ZeRO stage 1 is where it works.",
+            path="zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage") else "bf16",
+            fix='set zero_optimization.stage to 1 and add "data_types": {"grad_accum_dtype": '
+                '"fp32"} (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps '
+                "with a larger micro batch")
+        return
+    # Stage 2/3, or stage 1 with optimizer offload: the key is not read.
+    why = f"ZeRO stage {stage}" + (f" with optimizer offload ({offload})" if offload else "")
+    if written == "fp32":
+        yield finding(
+            f"{ACCUM_KEY} is \"fp32\" with bf16 and {why}: DeepSpeed reads it only at ZeRO stage 1 "
+            f"without offload, so the {accum.value} micro-batches' gradients are still summed in "
+            f"bf16 here; the key does nothing.",
+            path=ACCUM_KEY,
+            fix=f"to accumulate in fp32 run ZeRO stage 1 without offload_optimizer (if the memory "
+                f"allows); otherwise delete {ACCUM_KEY} (it is ignored) and prefer fewer "
+                f"accumulation steps with a larger micro batch")
+        return
+    yield finding(
+        f"bf16 with {steps} and {why}: the gradient partitions are summed in bf16 (8 bits of "
+        f"mantissa) over {accum.value} micro-batches. The guide's {ACCUM_KEY} \"fp32\" is read only "
+        f"at ZeRO stage 1 without offload, so adding it here would change nothing.",
+        path="bf16",
+        fix=("if the loss is noisier than in fp32, use ZeRO stage 1 without offload_optimizer and "
+             "add \"data_types\": {\"grad_accum_dtype\": \"fp32\"} (if the memory allows), or "
+             "accumulate fewer steps with a larger micro batch"))
+
+
+def bf16_reductions(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """DS219: bf16 on several GPUs, gradients reduced in bf16 (communication_data_type unset)."""
+    if precision(ctx) != "bf16" or ctx.ds is None:
+        return
+    n = world_size(ctx)
+    if n is None or n < MANY_TERMS:
+        return
+    written = _dtype(ctx.cfg_get(COMM_KEY))
+    if written == "fp32":
+        return
+    ws = ctx.run.world_size
+    where = ws.source.describe() if ws is not None else "the world size"
+    state = "not set" if not ctx.cfg_has(COMM_KEY) else f"{show_json(ctx.cfg_get(COMM_KEY))}"
+    yield finding(
+        f"bf16 on {n} GPUs ({where}) with {COMM_KEY} {state}: DeepSpeed reduces the gradients "
+        f"across the {n} ranks in bf16, so each sum of {n} values keeps 8 bits of mantissa (bf16 "
+        f"loses more than fp16 here). fp32 reductions cost twice the gradient traffic.",
+        path=COMM_KEY if ctx.cfg_has(COMM_KEY) else "bf16",
+        fix=(f"set {COMM_KEY} from {show_json(ctx.cfg_get(COMM_KEY))} to \"fp32\""
+             if ctx.cfg_has(COMM_KEY) else f'add "{COMM_KEY}": "fp32" at the top level of the config')
+            + " if the loss is noisier than expected (the reductions then accumulate in fp32)",
+        change={"op": "set", "path": COMM_KEY, "old": ctx.cfg_get(COMM_KEY), "new": "fp32"})

@@ -1,0 +1,165 @@
+"""Training-loop calls in a script that bypass Accelerate (DS220) or save an FSDP model in shards
+that from_pretrained cannot load (DS221).
+
+The script is read as an AST (never imported or run). Names are followed one step: the variable a
+script binds to ``Accelerator(...)`` is "the accelerator", so ``accelerator.backward(loss)`` is
+told apart from ``loss.backward()``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from dsdoctor.diagnose.checks.common import finding
+from dsdoctor.facts.context import Context
+from dsdoctor.model import Evidence, Finding
+
+
+@dataclass(frozen=True)
+class LoopCalls:
+    """The calls of one script that DS220/DS221 look at, each as (line, source text)."""
+
+    path: str
+    accelerators: tuple[str, ...]  # names bound to Accelerator(...)
+    prepares: tuple[tuple[int, str], ...]  # <accelerator>.prepare(...)
+    bare_backward: tuple[tuple[int, str], ...]  # x.backward() on a loss, not the accelerator
+    acc_backward: tuple[tuple[int, str], ...]  # <accelerator>.backward(loss)
+    save_model: tuple[tuple[int, str], ...]  # trainer.save_model(...)
+    full_state_dict: tuple[tuple[int, str], ...]  # a FULL_STATE_DICT switch before saving
+
+
+def _callee(node: ast.Call) -> tuple[str | None, str | None]:
+    """(object name, method) of ``obj.method(...)``; (None, name) for ``name(...)``."""
+    f = node.func
+    if isinstance(f, ast.Attribute):
+        base = f.value
+        while isinstance(base, ast.Attribute):  # trainer.accelerator.backward -> "accelerator"
+            if base.attr == "accelerator":
+                return "accelerator", f.attr
+            base = base.value
+        return (base.id if isinstance(base, ast.Name) else None), f.attr
+    if isinstance(f, ast.Name):
+        return None, f.id
+    return None, None
+
+
+def loop_calls(path: str, text: str) -> LoopCalls | None:
+    """The script's loop calls, or None when it does not parse (DS-wide: scriptcheck reports it)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    lines = text.splitlines()
+
+    def src(node: ast.AST) -> tuple[int, str]:
+        n = getattr(node, "lineno", 0)
+        return n, (lines[n - 1].strip()[:160] if 0 < n <= len(lines) else "")
+
+    accs: set[str] = {"accelerator"}  # trainer.accelerator, and the usual name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            _, name = _callee(node.value)
+            if name == "Accelerator":
+                accs.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    prepares, bare, acc_bw, saves, full = [], [], [], [], []
+    for node in ast.walk(tree):
+        if ((isinstance(node, ast.Constant) and node.value == "FULL_STATE_DICT")
+                or (isinstance(node, ast.Attribute) and node.attr == "FULL_STATE_DICT")):
+            full.append(src(node))
+        if not isinstance(node, ast.Call):
+            continue
+        obj, meth = _callee(node)
+        if meth == "prepare" and obj in accs:
+            prepares.append(src(node))
+        elif meth == "backward":
+            if obj in accs:
+                acc_bw.append(src(node))
+            elif not node.args and isinstance(node.func, ast.Attribute):
+                bare.append(src(node))
+        elif meth == "save_model" and obj is not None and obj not in accs:
+            saves.append(src(node))
+    return LoopCalls(path, tuple(sorted(accs)), tuple(sorted(prepares)), tuple(sorted(bare)),
+                     tuple(sorted(acc_bw)), tuple(sorted(saves)), tuple(sorted(full)))
+
+
+def _scripts(ctx: Context) -> Iterator[LoopCalls]:
+    for path, text in ctx.script_sources.items():
+        if not path.endswith(".py") and "import " not in text:
+            continue
+        calls = loop_calls(path, text)
+        if calls is not None:
+            yield calls
+
+
+def _ev(path: str, site: tuple[int, str]) -> Evidence:
+    return Evidence(file=path, line=site[0], text=site[1])
+
+
+def _deepspeed_in_use(ctx: Context) -> str | None:
+    """Why DeepSpeed drives this Accelerate run, or None when no input says so."""
+    dt = ctx.acc_get("distributed_type")
+    if isinstance(dt, str) and dt.upper() == "DEEPSPEED" and ctx.accelerate is not None:
+        return f"distributed_type DEEPSPEED in {ctx.accelerate.path}"
+    if ctx.ds is not None and ctx.ds_source in ("config", "log"):
+        return "a DeepSpeed config" + (f" ({ctx.ds.path})" if ctx.ds_source == "config" else
+                                       " printed in the log")
+    for sc in ctx.scripts:
+        if "DeepSpeedPlugin" in ctx.script_sources.get(sc.path, ""):
+            return f"DeepSpeedPlugin in {sc.path}"
+    return None
+
+
+# ------------------------------------------------------------- DS220 loss.backward() + Accelerate
+
+def backward_bypasses_accelerate(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """loss.backward() in a loop whose model went through accelerator.prepare()."""
+    for calls in _scripts(ctx):
+        if not calls.prepares or not calls.bare_backward or calls.acc_backward:
+            continue
+        ds = _deepspeed_in_use(ctx)
+        first = calls.bare_backward[0]
+        what = ("DeepSpeed's engine never sees the backward pass: no loss scaling, no ZeRO "
+                "gradient partitioning or reduction, and gradient accumulation is not counted, "
+                f"so the run fails or trains wrong ({ds})" if ds else
+                "Accelerate's mixed-precision loss scaling and gradient accumulation are skipped, "
+                "and under DeepSpeed (give the Accelerate config with --config to know) the "
+                "engine never sees the backward pass")
+        yield finding(
+            f"{calls.path}:{first[0]} calls {first[1]!r} on a model prepared by "
+            f"accelerator.prepare() ({calls.path}:{calls.prepares[0][0]}), and the script never "
+            f"calls accelerator.backward(): {what}.",
+            severity="error" if ds else "warning",
+            fix=f"replace {first[1]!r} at {calls.path}:{first[0]} with accelerator.backward(loss) "
+                f"(the loss tensor goes in as the argument)",
+            evidence=(_ev(calls.path, first), _ev(calls.path, calls.prepares[0])))
+
+
+# ------------------------------------------------------ DS221 FSDP sharded save + save_model
+
+STATE_KEY = "fsdp_config.fsdp_state_dict_type"
+
+
+def fsdp_sharded_final_save(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """FSDP with SHARDED_STATE_DICT and trainer.save_model() without switching to FULL_STATE_DICT."""
+    if ctx.accelerate is None:
+        return
+    state = ctx.acc_get(STATE_KEY)
+    if not isinstance(state, str) or state.strip().upper() != "SHARDED_STATE_DICT":
+        return
+    for calls in _scripts(ctx):
+        if not calls.save_model or calls.full_state_dict:
+            continue
+        save = calls.save_model[-1]
+        yield finding(
+            f"{STATE_KEY} is SHARDED_STATE_DICT ({ctx.accelerate.path}:"
+            f"{ctx.accelerate.line(STATE_KEY)}) and {calls.path}:{save[0]} saves with "
+            f"{save[1]!r} without switching to FULL_STATE_DICT first: the final model is written "
+            f"as FSDP shards (one file per rank), which from_pretrained cannot load.",
+            path=STATE_KEY, file=ctx.accelerate.path, line=ctx.accelerate.line(STATE_KEY),
+            fix=f"before {save[1]!r} at {calls.path}:{save[0]} add: if trainer.is_fsdp_enabled: "
+                f"trainer.accelerator.state.fsdp_plugin.set_state_dict_type(\"FULL_STATE_DICT\") "
+                f"(keep SHARDED_STATE_DICT for the intermediate checkpoints)",
+            evidence=(_ev(calls.path, save),))
