@@ -6,9 +6,9 @@ segments and de-duplicates, so the *set* of (segment, pattern) candidates is ide
 
 * :class:`HyperscanEngine` compiles every prefilter into one Hyperscan database and scans each
   chunk once (as fast as grep).
-* :class:`PythonEngine` needs no compiled extension (e.g. aarch64 nodes without a hyperscan wheel):
-  it searches each prefilter's required literal with ``bytes.find`` (C speed), then confirms the
-  prefilter regex on that line only.
+* :class:`PythonEngine` (literal_engine.py) needs no compiled extension (platforms without a
+  hyperscan wheel): one regex pass for the literals' rare-byte anchors, then the prefilter regex
+  confirms each candidate line.
 """
 
 from __future__ import annotations
@@ -23,59 +23,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dsdoctor.logs.formats import Pattern, required_literals
+from dsdoctor.logs.formats import Pattern
+from dsdoctor.logs.literal_engine import PythonEngine
 from dsdoctor.model import ENGINES
-
-
-class PythonEngine:
-    """Literal search + per-line regex confirmation. Pure Python, identical results."""
-
-    name = "python"
-
-    def __init__(self, patterns: Sequence[Pattern]):
-        self.patterns = list(patterns)
-        self._regexes = [
-            re.compile(p.prefilter.encode("utf-8"), re.IGNORECASE if p.caseless else 0)
-            for p in self.patterns
-        ]
-        # literal -> pattern indices, split by case sensitivity
-        self._exact: dict[bytes, list[int]] = {}
-        self._folded: dict[bytes, list[int]] = {}
-        self._no_literal: list[int] = []
-        for i, p in enumerate(self.patterns):
-            lits = required_literals(p.prefilter, p.caseless)
-            if not lits:
-                self._no_literal.append(i)
-                continue
-            table = self._folded if p.caseless else self._exact
-            for lit in lits:
-                table.setdefault(lit, []).append(i)
-
-    def _confirm(self, data: bytes, line_start: int, line_end: int, idxs, out) -> None:
-        for i in idxs:
-            for m in self._regexes[i].finditer(data, line_start, line_end):
-                out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
-
-    def candidates(self, data, limit: int) -> list[tuple[int, int]]:
-        """(offset inside a match, pattern index) pairs in ``data[:limit]``, sorted by offset."""
-        out: list[tuple[int, int]] = []
-        folded = bytes(memoryview(data)[:limit]).lower() if self._folded else b""
-        for table, hay in ((self._exact, data), (self._folded, folded)):
-            for lit, idxs in table.items():
-                find = hay.find
-                pos = find(lit, 0, limit)
-                while pos != -1:
-                    line_start = data.rfind(b"\n", 0, pos) + 1
-                    line_end = data.find(b"\n", pos, limit)
-                    if line_end == -1:
-                        line_end = limit
-                    self._confirm(data, line_start, line_end, idxs, out)
-                    pos = find(lit, line_end, limit)
-        for i in self._no_literal:
-            for m in self._regexes[i].finditer(data, 0, limit):
-                out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
-        out.sort()
-        return out
 
 
 class HyperscanEngine:
