@@ -23,6 +23,9 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="DeepSpeed release to lint the config against (default: from env/log)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="prefilter engine (default: hyperscan when installed, else pure Python)")
+    p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
+                   help="processes scanning one big log (over 64 MiB, plain file) in parallel "
+                   "(default: up to 2, one per core; 1: one process)")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="text/Markdown: also print every finding and symptom in full (JSON "
                    "always has them)")
@@ -38,4 +41,15 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
                              model=getattr(args, "model", None), env=getattr(args, "env", None),
                              scripts=getattr(args, "script", None) or [],
                              ds_version=getattr(args, "ds_version", None),
-                             engine=getattr(args, "engine", "auto") or "auto")
+                             engine=getattr(args, "engine", "auto") or "auto",
+                             jobs=getattr(args, "jobs", None))
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jobs wants a whole number, not {text!r}") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--jobs wants 1 to 64, not {n}")
+    return n
