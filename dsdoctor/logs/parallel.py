@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from dsdoctor.logs.aggregate import MAX_FACTS_PER_NAME, MAX_RANK_EVIDENCE, MAX_TEXT_VALUES, \
-    SymptomAggregator, _KindState
+from dsdoctor.logs.aggregate import (
+    MAX_FACTS_PER_NAME,
+    MAX_RANK_EVIDENCE,
+    MAX_TEXT_VALUES,
+    SymptomAggregator,
+    _KindState,
+)
 from dsdoctor.model import Evidence
 
 PARALLEL_MIN_BYTES = 64 << 20  # smaller files are scanned in one process (forking costs ~20 ms)
@@ -35,7 +39,7 @@ def default_jobs() -> int:
 
 def fork_available() -> bool:
     # macOS lists fork, but forking a process that may hold system framework threads is unsafe
-    return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+    return hasattr(os, "fork") and sys.platform != "darwin"
 
 
 class PositionedReader:
@@ -183,6 +187,8 @@ def scan_parallel(scanner: Any, name: str, fd: int, size: int, jobs: int, stride
     if len(starts) < 2:
         return None
     stops = starts[1:] + [size]
+    import multiprocessing  # noqa: PLC0415 - only big files need it (it imports socket, pickle)
+
     ctx = multiprocessing.get_context("fork")
     _PROGRESS[:] = [ctx.Value("q", 0, lock=False) for _ in starts]
     job_list = [(k, name, fd, size, a, b, first_mark(fd, a, stride))

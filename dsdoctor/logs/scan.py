@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
 from dsdoctor.logs.formats import Pattern, load_patterns
-from dsdoctor.logs.parallel import PARALLEL_MIN_BYTES, default_jobs, fork_available, \
-    scan_parallel
+from dsdoctor.logs.parallel import PARALLEL_MIN_BYTES, default_jobs, fork_available, scan_parallel
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import OpenedLog, normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
