@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import yaml
-
 REDACTED = "<redacted>"
 
 # "{L}": a token starts here when not glued to an ASCII letter/digit, or glued to a URL escape
@@ -91,8 +89,17 @@ def _compile(entry: dict) -> SecretFormat:
 @functools.lru_cache(maxsize=1)
 def secret_formats() -> tuple[SecretFormat, ...]:
     """Every secret format, in the order they are applied (the file's order)."""
-    text = resources.files("dsdoctor.redact").joinpath("secret_formats.yaml").read_text("utf-8")
-    return tuple(_compile(e) for e in yaml.safe_load(text))
+    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+
+    data = resources.files("dsdoctor.redact").joinpath("secret_formats.yaml").read_bytes()
+    entries = cached_data("secrets", [("secret_formats.yaml", data)], lambda: _parse(data))
+    return tuple(_compile(e) for e in entries)
+
+
+def _parse(data: bytes) -> list:
+    import yaml  # noqa: PLC0415 - the cache usually spares parsing YAML
+
+    return yaml.load(data.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def redact_formats(text: str) -> str:
