@@ -48,10 +48,18 @@ class SecretFormat:
     description: str
     reference: str
     keywords: tuple[str, ...]
-    regex: re.Pattern[str]
+    source: str  # the regex, with {L}/{R} expanded; compiled on first use (most never are)
     samples: tuple[Sample, ...]
     negatives: tuple[str, ...]
     whole_line: bool = False
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            compiled = re.compile(self.source)
+            object.__setattr__(self, "_compiled", compiled)
+        return compiled
 
     def applies(self, lowered: str) -> bool:
         """Cheap prefilter: one of the keywords is in the (lower-cased) text."""
@@ -67,12 +75,11 @@ class SecretFormat:
         return REDACTED
 
 
+def _source(entry: dict) -> str:
+    return str(entry["regex"]).replace("{L}", LEFT).replace("{R}", RIGHT)
+
+
 def _compile(entry: dict) -> SecretFormat:
-    source = str(entry["regex"]).replace("{L}", LEFT).replace("{R}", RIGHT)
-    try:
-        regex = re.compile(source)
-    except re.error as exc:  # a broken entry is a bug in the package, say which one
-        raise ValueError(f"secret format {entry.get('id')!r}: bad regex ({exc})") from None
     samples = tuple(
         Sample(tuple(str(p) for p in s["text"]), int(s.get("secret", len(s["text"]) - 1)),
                str(s.get("kept", "")))
@@ -81,7 +88,7 @@ def _compile(entry: dict) -> SecretFormat:
         id=str(entry["id"]), description=str(entry["description"]),
         reference=str(entry.get("reference", "")),
         keywords=tuple(str(k).lower() for k in entry.get("keywords") or ()),
-        regex=regex, samples=samples,
+        source=_source(entry), samples=samples,
         negatives=tuple(str(n) for n in entry.get("negatives") or ()),
         whole_line=bool(entry.get("whole_line", False)))
 
@@ -99,15 +106,46 @@ def secret_formats() -> tuple[SecretFormat, ...]:
 def _parse(data: bytes) -> list:
     import yaml  # noqa: PLC0415 - the cache usually spares parsing YAML
 
-    return yaml.load(data.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    entries = yaml.load(data.decode("utf-8"),
+                        Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for entry in entries:  # validated once, when the cache is built; compiled lazily after
+        try:
+            re.compile(_source(entry))
+        except re.error as exc:  # a broken entry is a bug in the package, say which one
+            raise ValueError(f"secret format {entry.get('id')!r}: bad regex ({exc})") from None
+    return entries
+
+
+@functools.lru_cache(maxsize=1)
+def _keyword_index() -> tuple[re.Pattern[str] | None, dict[str, frozenset[str]]]:
+    """One regex for every format's keywords (longest first), and for each keyword the
+    keywords that are its prefixes (present wherever it is)."""
+    words = sorted({k for f in secret_formats() for k in f.keywords}, key=lambda k: (-len(k), k))
+    implied = {w: frozenset(k for k in words if w.startswith(k)) for w in words}
+    rx = re.compile("|".join(re.escape(w) for w in words)) if words else None
+    return rx, implied
+
+
+def _present_keywords(lowered: str) -> set[str]:
+    """Every keyword that occurs in ``lowered`` (the same answer as ``k in lowered`` for each):
+    a search from each hit's next character finds keywords that overlap."""
+    rx, implied = _keyword_index()
+    found: set[str] = set()
+    if rx is None:
+        return found
+    m = rx.search(lowered)
+    while m is not None:
+        found |= implied[m.group()]
+        m = rx.search(lowered, m.start() + 1)
+    return found
 
 
 def redact_formats(text: str) -> str:
     """``text`` with every match of every secret format replaced by ``<redacted>``."""
     if not text:
         return text
-    lowered = text.lower()
+    present = _present_keywords(text.lower())
     for fmt in secret_formats():
-        if fmt.applies(lowered):
+        if not fmt.keywords or not present.isdisjoint(fmt.keywords):
             text = fmt.sub(text)
     return text
