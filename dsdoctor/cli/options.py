@@ -23,12 +23,16 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="DeepSpeed release to lint the config against (default: from env/log)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="prefilter engine (default: hyperscan when installed, else pure Python)")
-    p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
-                   help="processes scanning one big log (over 64 MiB, plain file) in parallel "
-                   "(default: up to 2, one per core; 1: one process)")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="text/Markdown: also print every finding and symptom in full (JSON "
                    "always has them)")
+
+
+def add_jobs_option(p: argparse.ArgumentParser) -> None:
+    """--jobs: the commands that scan whole logs (analyze, report), not watch (it follows)."""
+    p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
+                   help="processes scanning one big log (a plain file over 64 MiB) in parallel "
+                   "(default: up to 2, one per core; 1: one process)")
 
 
 def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
