@@ -61,13 +61,12 @@ def _found(engine: PythonEngine, data: bytes) -> set[tuple[int, int]]:
     return {(data.rfind(b"\n", 0, off) + 1, i) for off, i in engine.candidates(data, len(data))}
 
 
-@pytest.mark.parametrize("byte_fraction,gram_fraction", [(0.0, 0.0), (1.0, 1.0), (0.01, 0.001)])
+@pytest.mark.parametrize("find_fraction", [-1.0, 1.0, 0.08])
 def test_candidates_equal_the_prefilter_matches_whatever_the_anchors(
-        monkeypatch, byte_fraction, gram_fraction) -> None:
-    """All literals searched with find (nothing is rare), all as regex anchors (everything is),
-    and the defaults: the same candidate lines, which are exactly the prefilters' matches."""
-    monkeypatch.setattr(literal_engine, "RARE_BYTE_FRACTION", byte_fraction)
-    monkeypatch.setattr(literal_engine, "RARE_GRAM_FRACTION", gram_fraction)
+        monkeypatch, find_fraction) -> None:
+    """All literals searched with find (every byte too common), all as regex anchors (none
+    is), and the default: the same candidate lines, which are exactly the prefilters' matches."""
+    monkeypatch.setattr(literal_engine, "FIND_FRACTION", find_fraction)
     data = b"\n".join(_lines() * 3) + b"\n"
     engine = PythonEngine(PATTERNS)
     assert _found(engine, data) == _truth(data, PATTERNS)

@@ -8,14 +8,23 @@ to the precise patterns. Every chunk keeps a look-ahead tail so that patterns wi
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
 from dsdoctor.logs.formats import Pattern, load_patterns
-from dsdoctor.logs.parallel import PARALLEL_MIN_BYTES, default_jobs, fork_available, scan_parallel
+from dsdoctor.logs.parallel import (
+    PARALLEL_MIN_BYTES,
+    PositionedReader,
+    default_jobs,
+    fork_available,
+    scan_parallel,
+)
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import OpenedLog, normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
@@ -70,8 +79,7 @@ class Scanner:
         self._engine_choice = engine
         self._engine_full = None
         self._engine_main = None
-        # Timeline windows are small: the pure-Python engine is fast enough and needs no DB.
-        self.engine_timeline = make_engine(self.timeline_patterns, "python")
+        self._engine_timeline = None
         self.engine_name = "hyperscan" if engine != "python" and hyperscan_available() else "python"
         self.symptoms = SymptomAggregator()
         self.timeline = Timeline()
@@ -85,7 +93,13 @@ class Scanner:
         log = open_log(path)
         try:
             if not (on_event is None and self._scan_parallel(log)):
-                self._scan_stream(log.name, log.stream, log.size, log.compressed, on_event)
+                stream = log.stream
+                if log._file is not None and log.size is not None and not log.compressed \
+                        and hasattr(os, "preadv") \
+                        and not log.encoding:
+                    # a plain regular file: read straight into the scan buffer, no copies
+                    stream = PositionedReader(log._file.fileno(), 0)
+                self._scan_stream(log.name, stream, log.size, log.compressed, on_event)
         finally:
             log.close()
         self.notes.extend(log.notes)  # truncated or trailing data, UTF-16 text (reader wrappers)
@@ -114,6 +128,13 @@ class Scanner:
     @property
     def engine_full(self):
         return self._engine(True)
+
+    @property
+    def engine_timeline(self):
+        """The timeline patterns' engine, for the sampled windows of big files (on first use)."""
+        if self._engine_timeline is None:
+            self._engine_timeline = make_engine(self.timeline_patterns, self._engine_choice)
+        return self._engine_timeline
 
     def _scan_stream(self, name, stream, size, compressed, on_event) -> None:
         counts = self._scan_range(name, stream, size, compressed, on_event)
@@ -291,6 +312,7 @@ class Scanner:
         out: list[tuple] = []
         if not self.timeline_patterns or not cut:
             return out, mark
+        windows: list[tuple[int, bytes]] = []  # (offset in buf, bytes)
         while True:
             rel = mark - consumed
             if rel <= 0 or buf[rel - 1:rel] == b"\n":
@@ -304,19 +326,26 @@ class Scanner:
             mark += stride
             window = bytes(buf[begin:min(begin + TIMELINE_WINDOW_BYTES, have)])
             wcut = window.rfind(b"\n") + 1
-            if wcut:
-                window = window[:wcut]
-            taken: set[int] = set()
-            for off, idx in self.engine_timeline.candidates(window, len(window)):
-                if idx in taken:
-                    continue
-                ls, ss, se, _ = _segment_at(window, off, len(window))
-                seg = normalize(window[ss:se])
-                values = self.timeline_patterns[idx].match(seg.text)
-                if values is None:
-                    continue
-                taken.add(idx)
-                out.append((begin + ls, idx, seg, values))
+            # a window ends its last line (one without a newline gets one, so that windows
+            # joined below never share a line)
+            windows.append((begin, window[:wcut] if wcut else window + b"\n"))
+        if not windows:
+            return out, mark
+        # one engine call for all the chunk's windows, joined
+        joined = b"".join(w for _, w in windows)
+        starts = list(itertools.accumulate((len(w) for _, w in windows[:-1]), initial=0))
+        taken: set[tuple[int, int]] = set()  # (window, pattern): its first hit only
+        for off, idx in self.engine_timeline.candidates(joined, len(joined)):
+            k = bisect.bisect_right(starts, off) - 1
+            if (k, idx) in taken:
+                continue
+            ls, ss, se, _ = _segment_at(joined, off, len(joined))
+            seg = normalize(joined[ss:se])
+            values = self.timeline_patterns[idx].match(seg.text)
+            if values is None:
+                continue
+            taken.add((k, idx))
+            out.append((windows[k][0] + ls - starts[k], idx, seg, values))
         return out, mark  # windows and their candidates come in offset order
 
 
