@@ -43,34 +43,41 @@ GREP_WORDS = [
 
 
 
-def _tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its descendants (Linux /proc; 0 elsewhere)."""
-    total = 0
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes of ``pid`` and its descendants (Linux /proc; zeros elsewhere). RSS
+    counts the pages a forked worker shares with its parent twice; PSS splits them."""
+    rss = pss = 0
     todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/statm") as fh:
-                total += int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
             with open(f"/proc/{p}/task/{p}/children") as fh:
                 todo.extend(int(c) for c in fh.read().split())
         except (OSError, ValueError):
             continue
-    return total
+    return rss, pss
 
 
-def run_with_rss(cmd: list[str]) -> tuple[float, int, str, int]:
-    """(wall seconds, peak RSS of the process tree, stdout, exit code)."""
+def run_with_rss(cmd: list[str]) -> tuple[float, int, str, int, int, float]:
+    """(wall seconds, peak RSS of the process tree, stdout, exit code, peak PSS of the tree,
+    CPU seconds of the process and the workers it waited for)."""
     import threading
 
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    peak = [0]
+    peak = [0, 0]
     done = threading.Event()
 
     def sample() -> None:
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            rss, pss = _tree_memory(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             time.sleep(0.01)
 
     threading.Thread(target=sample, daemon=True).start()
@@ -79,8 +86,8 @@ def run_with_rss(cmd: list[str]) -> tuple[float, int, str, int]:
     done.set()
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, max(peak[0], usage.ru_maxrss * 1024), out.decode("utf-8", "replace"), \
-        proc.returncode
+    return (wall, max(peak[0], usage.ru_maxrss * 1024), out.decode("utf-8", "replace"),
+            proc.returncode, peak[1], usage.ru_utime + usage.ru_stime)
 
 
 def startup(repeat: int) -> dict:
@@ -127,7 +134,7 @@ def main() -> int:
     pattern = "|".join(GREP_WORDS)
     grep_times = []
     for _ in range(a.repeat):
-        wall, _, out, _ = run_with_rss([grep, "-c", "-E", pattern, str(log)])
+        wall, _, out, *_ = run_with_rss([grep, "-c", "-E", pattern, str(log)])
         grep_times.append(wall)
     grep_count = int(out.strip() or 0)
     results = {
@@ -143,9 +150,9 @@ def main() -> int:
     reference = None
     for engine in a.engines.split(","):
         for jobs in a.jobs.split(","):
-            times, rss, found = [], [], {}
+            times, rss, pss, cpu, found = [], [], [], [], {}
             for _ in range(a.repeat):
-                wall, peak, out, rc = run_with_rss([
+                wall, peak, out, rc, peak_pss, used = run_with_rss([
                     sys.executable, "-m", "dsdoctor", "analyze", str(log), "--format", "json",
                     "--engine", engine, "--jobs", jobs, "--quiet"])
                 if rc not in (0, 1):
@@ -154,6 +161,8 @@ def main() -> int:
                     return 2
                 times.append(wall)
                 rss.append(peak)
+                pss.append(peak_pss)
+                cpu.append(used)
                 rep = json.loads(out)
                 found = {s["kind"]: s["count"] for s in rep["symptoms"]}
                 rep.get("inputs", {}).pop("engine", None)  # the one field that names it
@@ -162,6 +171,7 @@ def main() -> int:
             med = statistics.median(times)
             results["dsdoctor"][f"{engine} --jobs {jobs}"] = {
                 "median_s": med, "runs": times, "peak_rss_bytes": max(rss),
+                "peak_pss_bytes": max(pss), "cpu_s": statistics.median(cpu),
                 "ratio_to_grep": med / results["grep"]["median_s"],
                 "symptoms": found,
                 "planted_found": found.get("fp16-overflow") == 12 and found.get("hang", 0) >= 2,
@@ -171,15 +181,16 @@ def main() -> int:
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     g = results["grep"]["median_s"]
     print(f"log: {size / 2**20:.0f} MiB ({log}); {results['machine']}")
-    print("| tool | median time | ratio to grep | peak RSS (all processes) | planted symptoms "
-          "found | same JSON |")
-    print("| --- | ---: | ---: | ---: | --- | --- |")
-    print(f"| grep -c -E ({len(GREP_WORDS)} words) | {g:.2f} s | 1.00x | - | "
+    print("| tool | median time | ratio to grep | CPU | peak RSS / PSS (all processes) | "
+          "planted symptoms found | same JSON |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
+    print(f"| grep -c -E ({len(GREP_WORDS)} words) | {g:.2f} s | 1.00x | - | - | "
           f"{grep_count} matching lines | - |")
     ok = True
     for name, r in results["dsdoctor"].items():
         print(f"| dsdoctor analyze --engine {name} | {r['median_s']:.2f} s | "
-              f"{r['ratio_to_grep']:.2f}x | {r['peak_rss_bytes'] / 1e6:.0f} MB | "
+              f"{r['ratio_to_grep']:.2f}x | {r['cpu_s']:.2f} s | {r['peak_rss_bytes'] / 1e6:.0f} / "
+              f"{r['peak_pss_bytes'] / 1e6:.0f} MB | "
               f"{'yes' if r['planted_found'] else 'NO'} ({r['symptoms']}) | "
               f"{'yes' if r['same_json_as_first'] else 'NO'} |")
         ok &= r["planted_found"] and r["same_json_as_first"]

@@ -193,6 +193,8 @@ def scan_parallel(scanner: Any, name: str, fd: int, size: int, jobs: int, stride
     _PROGRESS[:] = [ctx.Value("q", 0, lock=False) for _ in starts]
     job_list = [(k, name, fd, size, a, b, first_mark(fd, a, stride))
                 for k, (a, b) in enumerate(zip(starts, stops))]
+    scanner._engine(False)  # compiled (or loaded) once, here, and inherited by every worker
+    scanner.engine_timeline  # noqa: B018 - the same for the timeline windows' engine
     saved = (scanner.symptoms, scanner.timeline, scanner.facts, scanner.notes,
              scanner.on_progress)
     _SCANNER = scanner
