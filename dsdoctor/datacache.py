@@ -148,7 +148,8 @@ def cached_data(kind: str, sources: Sequence[tuple[str, bytes]], build: Callable
     directory = safe_cache_dir(create=True)
     if directory is not None:
         try:
-            store_file(directory, directory / name, key, marshal.dumps(data), _DATA_MAGIC)
+            store_file(directory, directory / name, key, marshal.dumps(data),  # type: ignore[arg-type]
+                       _DATA_MAGIC)
             prune(directory, directory / name, f"{kind}-", ".marshal")
         except (OSError, ValueError):  # a read-only cache, or data marshal cannot hold
             pass

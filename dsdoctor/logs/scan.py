@@ -14,6 +14,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
@@ -93,7 +94,7 @@ class Scanner:
         log = open_log(path)
         try:
             if not (on_event is None and self._scan_parallel(log)):
-                stream = log.stream
+                stream: Any = log.stream
                 if log._file is not None and log.size is not None and not log.compressed \
                         and hasattr(os, "preadv") \
                         and not log.encoding:
