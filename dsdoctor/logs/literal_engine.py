@@ -245,7 +245,9 @@ class PythonEngine:
         out: list[tuple[int, int]] = []
         if not limit:
             return out
-        folded = bytes(memoryview(data)[:limit]).lower() if self._folded else b""
+        # one lower-cased copy (bytes.lower keeps every offset); searches stop at limit
+        folded = bytes(data).lower() if self._folded and isinstance(data, memoryview) \
+            else data.lower() if self._folded else b""
         done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
         for plan, hay in zip(self._plan(data, limit, folded), (data, folded)):
             if plan is None:
