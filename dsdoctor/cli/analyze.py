@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from dsdoctor.cli.options import add_input_options, inputs_from
+from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.diagnose.pipeline import analyze
 from dsdoctor.errors import UsageError
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("logs", nargs="*", metavar="LOG", help="log files (.gz ok), '-' for stdin")
     add_input_options(p)
+    add_jobs_option(p)
     p.add_argument("--fix-out", metavar="FILE",
                    help="write a copy of the config with the safe fixes applied to FILE")
     p.add_argument("--force", action="store_true",

@@ -28,6 +28,13 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    "always has them)")
 
 
+def add_jobs_option(p: argparse.ArgumentParser) -> None:
+    """--jobs: the commands that scan whole logs (analyze, report), not watch (it follows)."""
+    p.add_argument("--jobs", "-j", type=_jobs, default=None, metavar="N",
+                   help="processes scanning one big log (a plain file over 64 MiB) in parallel "
+                   "(default: up to 2, one per core; 1: one process)")
+
+
 def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
     """The analysis inputs named by a parsed command line (nothing below cli/ sees argparse)."""
     logs = getattr(args, "logs", None)
@@ -38,4 +45,15 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
                              model=getattr(args, "model", None), env=getattr(args, "env", None),
                              scripts=getattr(args, "script", None) or [],
                              ds_version=getattr(args, "ds_version", None),
-                             engine=getattr(args, "engine", "auto") or "auto")
+                             engine=getattr(args, "engine", "auto") or "auto",
+                             jobs=getattr(args, "jobs", None))
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jobs wants a whole number, not {text!r}") from None
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--jobs wants 1 to 64, not {n}")
+    return n

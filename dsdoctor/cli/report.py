@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dsdoctor.cli.options import add_input_options, inputs_from
+from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.errors import UsageError
 from dsdoctor.safeio import input_paths, one_line, write_report
@@ -184,6 +184,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("logs", nargs="*", metavar="LOG",
                    help="training or install log file(s), plain or .gz (optional with --config/--env)")
     add_input_options(p)
+    add_jobs_option(p)
     p.add_argument("--env", action="append", default=[], metavar="FILE|GLOB|local",
                    help="environment snapshot(s) from 'dsdoctor env --format json', one per node "
                    "(repeatable, or a quoted glob such as 'env-*.json'); several are compared")

@@ -35,15 +35,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import yaml
-
 from dsdoctor.facts import dskeys
 from dsdoctor.facts.configfile import lookup
 from dsdoctor.facts.context import Context
 from dsdoctor.model import SEVERITIES, SYMPTOM_KINDS, Finding
-
-# the C implementation when PyYAML has it: rules are loaded on every run
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _CODE = re.compile(r"^DS\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -207,9 +202,7 @@ def _rule_from_yaml(data: Any, filename: str) -> Rule:
 @lru_cache(maxsize=4)
 def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
     if directory is None:
-        root = importlib.resources.files("dsdoctor.rules")
-        entries = [(e.name, e.read_text(encoding="utf-8")) for e in root.iterdir()
-                   if e.name.endswith(".yaml")]
+        return _shipped_rules()
     else:
         import os
 
@@ -218,12 +211,46 @@ def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
             if n.endswith(".yaml"):
                 with open(os.path.join(directory, n), encoding="utf-8") as fh:
                     entries.append((n, fh.read()))
+    return _rules_from_texts(entries)
+
+
+def _shipped_rules() -> tuple[Rule, ...]:
+    """The shipped rules, validated once and kept in dsdoctor's private data cache
+    (datacache.py), keyed by the rule files and the DeepSpeed key tables they are checked
+    against: parsing and validating them costs more than analyzing a small log."""
+    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+
+    root = importlib.resources.files("dsdoctor.rules")
+    sources = sorted((e.name, e.read_bytes()) for e in root.iterdir() if e.name.endswith(".yaml"))
+    data = importlib.resources.files("dsdoctor.data")
+    sources += sorted((f"data/{e.name}", e.read_bytes()) for e in data.iterdir()
+                      if e.name.startswith("ds_keys_") and e.name.endswith(".json"))
+
+    def build() -> list[dict[str, Any]]:
+        texts = [(n, b.decode("utf-8")) for n, b in sources if not n.startswith("data/")]
+        return [dataclasses.asdict(r) for r in _rules_from_texts(texts)]
+
+    rules = [Rule(**{**d, "references": tuple(d["references"]),
+                     "examples": {k: tuple(v) for k, v in d["examples"].items()}})
+             for d in cached_data("rules", sources, build)]
+    for rule in rules:  # the check registry is code, not in the cache key: look again
+        if rule.hook is not None and rule.hook not in _checks():
+            raise RuleError(f"{rule.file}: hook {rule.hook} is not a registered check "
+                            "(dsdoctor/diagnose/checks/registry.py)")
+    _check_registry_used(rules)
+    return tuple(rules)
+
+
+def _rules_from_texts(entries: list[tuple[str, str]]) -> tuple[Rule, ...]:
+    import yaml  # noqa: PLC0415 - the cache usually spares parsing YAML
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     rules: list[Rule] = []
     codes: dict[str, str] = {}
     names: dict[str, str] = {}
     for filename, text in sorted(entries):
         try:
-            data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - safe (C) loader
+            data = yaml.load(text, Loader=loader)  # noqa: S506 - safe (C) loader
         except yaml.YAMLError as exc:
             raise RuleError(f"{filename}: not valid YAML ({exc})") from None
         rule = _rule_from_yaml(data, filename)
@@ -233,8 +260,6 @@ def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
             raise RuleError(f"{filename}: name {rule.name} already used by {names[rule.name]}")
         codes[rule.code], names[rule.name] = filename, filename
         rules.append(rule)
-    if directory is None:
-        _check_registry_used(rules)
     return tuple(rules)
 
 

@@ -97,7 +97,8 @@ def analyze(inputs: AnalysisInputs, on_progress: ProgressFn | None = None) -> Re
 def analyze_with_run(inputs: AnalysisInputs, on_progress: ProgressFn | None = None
                      ) -> tuple[Report, RunModel]:
     """:func:`analyze`, and the run model (``report`` answers the maintainer's asks from it)."""
-    scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=on_progress)
+    scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=on_progress,
+                       jobs=inputs.jobs)
             if inputs.logs else ScanResult(engine=inputs.engine))
     findings, described, notes, run = evaluate_with_run(inputs, scan)
     return build_report(scan, findings, described, notes, run), run

@@ -36,6 +36,7 @@ class AnalysisInputs:
     scripts: tuple[str, ...] = ()  # training scripts (.py) and shell launch scripts (.sh)
     ds_version: str | None = None  # the DeepSpeed release to lint against
     engine: str = "auto"  # the prefilter engine
+    jobs: int | None = None  # worker processes for a big log (None: up to 2; 1: one process)
     trainer_args: Mapping[str, Any] | tuple[str, ...] | None = None
     world_size: int | None = None
 
@@ -43,13 +44,13 @@ class AnalysisInputs:
     def of(cls, logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
            env: str | None = None, scripts: Sequence[str] = (), ds_version: str | None = None,
            engine: str = "auto", trainer_args: Any = None,
-           world_size: int | None = None) -> AnalysisInputs:
+           world_size: int | None = None, jobs: int | None = None) -> AnalysisInputs:
         """Build inputs from lists (tuples are stored, so the value stays immutable)."""
         if isinstance(trainer_args, list):
             trainer_args = tuple(str(a) for a in trainer_args)
         return cls(logs=tuple(logs), configs=tuple(configs), model=model, env=env,
                    scripts=tuple(scripts), ds_version=ds_version, engine=engine,
-                   trainer_args=trainer_args, world_size=world_size)
+                   trainer_args=trainer_args, world_size=world_size, jobs=jobs)
 
 
 # ------------------------------------------------------------------------------ file cache

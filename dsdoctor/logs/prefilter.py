@@ -6,76 +6,21 @@ segments and de-duplicates, so the *set* of (segment, pattern) candidates is ide
 
 * :class:`HyperscanEngine` compiles every prefilter into one Hyperscan database and scans each
   chunk once (as fast as grep).
-* :class:`PythonEngine` needs no compiled extension (e.g. aarch64 nodes without a hyperscan wheel):
-  it searches each prefilter's required literal with ``bytes.find`` (C speed), then confirms the
-  prefilter regex on that line only.
+* :class:`PythonEngine` (literal_engine.py) needs no compiled extension (platforms without a
+  hyperscan wheel): one regex pass for the literals' rare-byte anchors, then the prefilter regex
+  confirms each candidate line.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import re
-import secrets
-import stat
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dsdoctor.logs.formats import Pattern, required_literals
+from dsdoctor import datacache
+from dsdoctor.logs.formats import Pattern
+from dsdoctor.logs.literal_engine import PythonEngine
 from dsdoctor.model import ENGINES
-
-
-class PythonEngine:
-    """Literal search + per-line regex confirmation. Pure Python, identical results."""
-
-    name = "python"
-
-    def __init__(self, patterns: Sequence[Pattern]):
-        self.patterns = list(patterns)
-        self._regexes = [
-            re.compile(p.prefilter.encode("utf-8"), re.IGNORECASE if p.caseless else 0)
-            for p in self.patterns
-        ]
-        # literal -> pattern indices, split by case sensitivity
-        self._exact: dict[bytes, list[int]] = {}
-        self._folded: dict[bytes, list[int]] = {}
-        self._no_literal: list[int] = []
-        for i, p in enumerate(self.patterns):
-            lits = required_literals(p.prefilter, p.caseless)
-            if not lits:
-                self._no_literal.append(i)
-                continue
-            table = self._folded if p.caseless else self._exact
-            for lit in lits:
-                table.setdefault(lit, []).append(i)
-
-    def _confirm(self, data: bytes, line_start: int, line_end: int, idxs, out) -> None:
-        for i in idxs:
-            for m in self._regexes[i].finditer(data, line_start, line_end):
-                out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
-
-    def candidates(self, data, limit: int) -> list[tuple[int, int]]:
-        """(offset inside a match, pattern index) pairs in ``data[:limit]``, sorted by offset."""
-        out: list[tuple[int, int]] = []
-        folded = bytes(memoryview(data)[:limit]).lower() if self._folded else b""
-        for table, hay in ((self._exact, data), (self._folded, folded)):
-            for lit, idxs in table.items():
-                find = hay.find
-                pos = find(lit, 0, limit)
-                while pos != -1:
-                    line_start = data.rfind(b"\n", 0, pos) + 1
-                    line_end = data.find(b"\n", pos, limit)
-                    if line_end == -1:
-                        line_end = limit
-                    self._confirm(data, line_start, line_end, idxs, out)
-                    pos = find(lit, line_end, limit)
-        for i in self._no_literal:
-            for m in self._regexes[i].finditer(data, 0, limit):
-                out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
-        out.sort()
-        return out
 
 
 class HyperscanEngine:
@@ -115,43 +60,13 @@ class HyperscanEngine:
         return out
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("DSDOCTOR_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "dsdoctor")
-    return Path(base)
-
-
-# The compiled-pattern cache (issue 14, item 5). Another user who can write to a shared cache
-# directory could plant a database that switches detection off, so nothing there is trusted:
-# the directory and the file must be ours and writable by us only, the file carries a digest of
-# the expressions and flags it was compiled from plus a digest of its body, and it is written to
-# an O_EXCL|O_NOFOLLOW temp file then renamed, never through a link.
+# The compiled-pattern cache (issue 14, item 5): kept under the same rules as every dsdoctor cache
+# (datacache.py): nothing in the directory is trusted unless it is ours and private, each file
+# carries a digest of the expressions and flags it was compiled from plus a digest of its body,
+# and it is written to an O_EXCL|O_NOFOLLOW temp file then renamed, never through a link.
 _CACHE_MAGIC = b"dsdoctor-hs-cache 1\n"
-_CACHE_MAX_BYTES = 64 << 20
-_CACHE_KEEP = 4  # newest databases kept; older ones (previous format files) are pruned
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-
-
-def _owned_private(st: os.stat_result) -> bool:
-    """Ours and not writable by group or others (always true where there are no uids)."""
-    if not hasattr(os, "getuid"):
-        return True
-    return st.st_uid == os.getuid() and not st.st_mode & 0o022
-
-
-def _safe_cache_dir(create: bool) -> Path | None:
-    """The cache directory when it is a real directory of ours, private; else None."""
-    path = _cache_dir()
-    try:
-        if create:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or not _owned_private(st):
-        return None
-    return path
+_CACHE_KEEP = datacache.KEEP
+_safe_cache_dir = datacache.safe_cache_dir
 
 
 def _cache_key(hyperscan, exprs: list[bytes], flags: list[int]) -> bytes:
@@ -161,62 +76,15 @@ def _cache_key(hyperscan, exprs: list[bytes], flags: list[int]) -> bytes:
 
 def _load_cached(path: Path, key: bytes) -> bytes | None:
     """The database bytes stored at ``path`` for ``key``, or None when anything is off."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _owned_private(st) or \
-                st.st_size > _CACHE_MAX_BYTES:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            raw = fh.read(_CACHE_MAX_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    header_len = len(_CACHE_MAGIC) + 2 * 65
-    if len(raw) <= header_len or not raw.startswith(_CACHE_MAGIC):
-        return None
-    stored_key = raw[len(_CACHE_MAGIC):len(_CACHE_MAGIC) + 64]
-    body_digest = raw[len(_CACHE_MAGIC) + 65:header_len - 1]
-    body = raw[header_len:]
-    if stored_key != key or hashlib.sha256(body).hexdigest().encode() != body_digest:
-        return None
-    return body
+    return datacache.load_file(path, key, _CACHE_MAGIC)
 
 
 def _store(directory: Path, path: Path, key: bytes, body: bytes) -> None:
-    """Write atomically: an exclusive, no-follow temp file in the same directory, then rename."""
-    tmp = directory / f".hs-{os.getpid()}-{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_CACHE_MAGIC + key + b"\n" + hashlib.sha256(body).hexdigest().encode()
-                     + b"\n" + body)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    datacache.store_file(directory, path, key, body, _CACHE_MAGIC)
 
 
 def _prune(directory: Path, keep: Path) -> None:
-    """Drop all but the newest databases, and temp files a crashed run left behind."""
-    now = time.time()
-    entries = []
-    for entry in directory.iterdir():
-        with contextlib.suppress(OSError):
-            st = os.lstat(entry)
-            if entry.name.startswith(".hs-") and entry.name.endswith(".tmp"):
-                if now - st.st_mtime > 3600:
-                    os.unlink(entry)
-            elif entry.name.startswith("hs-") and entry.name.endswith(".db") and entry != keep:
-                entries.append((st.st_mtime, entry))
-    for _, entry in sorted(entries, reverse=True)[_CACHE_KEEP - 1:]:
-        with contextlib.suppress(OSError):
-            os.unlink(entry)
+    datacache.prune(directory, keep, "hs-", ".db")
 
 
 def _cached_database(hyperscan, exprs: list[bytes], flags: list[int]):

@@ -8,15 +8,26 @@ to the precise patterns. Every chunk keeps a look-ahead tail so that patterns wi
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
 from dsdoctor.logs.formats import Pattern, load_patterns
+from dsdoctor.logs.parallel import (
+    PARALLEL_MIN_BYTES,
+    PositionedReader,
+    default_jobs,
+    fork_available,
+    scan_parallel,
+)
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
-from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
+from dsdoctor.logs.reader import OpenedLog, normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 from dsdoctor.redact.redactor import cut_without_half_secret
 
@@ -56,17 +67,20 @@ class Scanner:
     """Reusable scanner: compiles the prefilter engines once, scans any number of files."""
 
     def __init__(self, patterns: Sequence[Pattern] | None = None, engine: str = "auto",
-                 on_progress: ProgressFn | None = None):
+                 on_progress: ProgressFn | None = None, jobs: int | None = None,
+                 parallel_min_bytes: int = PARALLEL_MIN_BYTES):
         # on_progress(name, bytes read, size or None) after every chunk (a progress bar)
         self.on_progress = on_progress
+        # worker processes for one big regular file (None: default_jobs(); 1: never fork)
+        self.jobs = default_jobs() if jobs is None else max(1, jobs)
+        self.parallel_min_bytes = parallel_min_bytes
         self.patterns = list(patterns if patterns is not None else load_patterns())
         self.main_patterns = [p for p in self.patterns if not p.is_timeline]
         self.timeline_patterns = [p for p in self.patterns if p.is_timeline]
         self._engine_choice = engine
         self._engine_full = None
         self._engine_main = None
-        # Timeline windows are small: the pure-Python engine is fast enough and needs no DB.
-        self.engine_timeline = make_engine(self.timeline_patterns, "python")
+        self._engine_timeline = None
         self.engine_name = "hyperscan" if engine != "python" and hyperscan_available() else "python"
         self.symptoms = SymptomAggregator()
         self.timeline = Timeline()
@@ -79,7 +93,14 @@ class Scanner:
                   ) -> None:
         log = open_log(path)
         try:
-            self._scan_stream(log.name, log.stream, log.size, log.compressed, on_event)
+            if not (on_event is None and self._scan_parallel(log)):
+                stream: Any = log.stream
+                if log._file is not None and log.size is not None and not log.compressed \
+                        and hasattr(os, "preadv") \
+                        and not log.encoding:
+                    # a plain regular file: read straight into the scan buffer, no copies
+                    stream = PositionedReader(log._file.fileno(), 0)
+                self._scan_stream(log.name, stream, log.size, log.compressed, on_event)
         finally:
             log.close()
         self.notes.extend(log.notes)  # truncated or trailing data, UTF-16 text (reader wrappers)
@@ -109,14 +130,56 @@ class Scanner:
     def engine_full(self):
         return self._engine(True)
 
+    @property
+    def engine_timeline(self):
+        """The timeline patterns' engine, for the sampled windows of big files (on first use)."""
+        if self._engine_timeline is None:
+            self._engine_timeline = make_engine(self.timeline_patterns, self._engine_choice)
+        return self._engine_timeline
+
     def _scan_stream(self, name, stream, size, compressed, on_event) -> None:
+        counts = self._scan_range(name, stream, size, compressed, on_event)
+        self._summarize(name, compressed, *counts)
+
+    def _summarize(self, name: str, compressed: bool, newlines: int, total: int,
+                   last_byte: bytes) -> None:
+        lines = newlines + (1 if total and last_byte != b"\n" else 0)
+        self.files.append(FileSummary(path=name, lines=lines, bytes=total, compressed=compressed))
+        if total == 0:
+            self.notes.append(f"{name}: empty log")
+
+    def _scan_parallel(self, log: OpenedLog) -> bool:
+        """Scan a big regular uncompressed file in ranges on several cores (parallel.py); False
+        when it does not qualify (the caller scans it in one process)."""
+        size = log.size
+        if (self.jobs < 2 or size is None or log.compressed or log.encoding
+                or size < self.parallel_min_bytes or log._file is None or not fork_available()):
+            return False
+        stride = max(size // TIMELINE_TARGET_POINTS, TIMELINE_WINDOW_BYTES)
+        if size <= TIMELINE_FULL_BYTES:
+            return False  # small files read every timeline line: one process
+        counts = scan_parallel(self, log.name, log._file.fileno(), size, self.jobs, stride,
+                               self.on_progress)
+        if counts is None:
+            return False
+        self._summarize(log.name, False, *counts)
+        return True
+
+    def _scan_range(self, name, stream, size, compressed, on_event, start: int = 0,
+                    stop: int | None = None, mark: int = 0) -> tuple[int, int, bytes]:
+        """Scan ``stream`` (positioned at byte ``start`` of a file of ``size`` bytes) up to byte
+        ``stop`` (a line start; None: the end), reading LOOKAHEAD_BYTES past it for patterns that
+        join the next lines. Line numbers count from 1 at ``start``; ``mark`` is the first
+        timeline window's mark (see _sample_timeline). Returns (newlines before
+        ``stop``, bytes scanned, the last byte scanned)."""
         known = size is not None and not compressed
         full_timeline = known and size <= TIMELINE_FULL_BYTES
         if size is None or compressed:
             stride = TIMELINE_UNKNOWN_SIZE_STRIDE
         else:
             stride = max(size // TIMELINE_TARGET_POINTS, TIMELINE_WINDOW_BYTES)
-        consumed = 0  # absolute offset of buf[0]
+        consumed = start  # absolute offset of buf[0]
+        done = False  # the range's end has been scanned (the rest of the buffer is look-ahead)
         file_rank = rank_from_filename(name) if name != "<stdin>" else None
         # One buffer, reused: fresh 8 MiB allocations per chunk cost more than the scan itself.
         buf = bytearray(CHUNK_BYTES + LOOKAHEAD_BYTES)
@@ -125,7 +188,7 @@ class Scanner:
         total = 0
         last_byte = b"\n"
         eof = False
-        while not eof:
+        while not eof and not done:
             if len(buf) < have + CHUNK_BYTES:
                 buf.extend(bytes(have + CHUNK_BYTES - len(buf)))
             try:
@@ -142,8 +205,8 @@ class Scanner:
                 n = 0
             if n == 0:
                 eof = True
-            total += n
             have += n
+            total += n
             if self.on_progress is not None:
                 self.on_progress(name, total, None if compressed else size)
             if have == 0:
@@ -158,11 +221,21 @@ class Scanner:
                     if have < MAX_BUFFER_BYTES:
                         continue  # no complete line yet: read more
                     cut = have - LOOKAHEAD_BYTES  # one giant line: cut it
+            if stop is not None and consumed + cut >= stop:
+                # a cut short of the end leaves LOOKAHEAD_BYTES after it, so the bytes past
+                # stop that patterns joining the next lines may need are in the buffer
+                cut = stop - consumed
+                last_byte = bytes(buf[cut - 1:cut]) if cut else last_byte
+                done = True
             # streams of unknown size (stdin, gzip) read every timeline line of their first MiBs
             full = full_timeline or (not known and consumed < TIMELINE_FULL_BYTES)
             patterns = self.patterns if full else self.main_patterns
             hits = self._engine(full).candidates(buf, cut)
-            samples = [] if full else self._sample_timeline(buf, cut, consumed, stride)
+            samples: list[tuple] = []
+            if not full:
+                samples, mark = self._sample_timeline(buf, cut, have, consumed, stride, mark)
+            else:  # every line was read: no window is due before the next chunk
+                mark = -(-(consumed + cut) // stride) * stride
             base_line = self._process(name, buf, cut, have, hits, samples, patterns, base_line,
                                       file_rank, on_event)
             rest = have - cut
@@ -170,10 +243,7 @@ class Scanner:
             if rest:
                 buf[0:rest] = buf[cut:have]
             have = rest
-        lines = base_line - 1 + (1 if total and last_byte != b"\n" else 0)
-        self.files.append(FileSummary(path=name, lines=lines, bytes=total, compressed=compressed))
-        if total == 0:
-            self.notes.append(f"{name}: empty log")
+        return base_line - 1, total if stop is None else min(total, stop - start), last_byte
 
     def _process(self, name, buf, cut, have, hits, samples, patterns, base_line, file_rank,
                  on_event) -> int:
@@ -219,6 +289,8 @@ class Scanner:
                 on_event(pat.emits, ev, values)
         if cut > pos:
             line += count(b"\n", pos, cut)
+        elif pos > cut:  # a timeline window that starts before cut may end after it
+            line -= count(b"\n", cut, pos)
         return line
 
     def _emit(self, pat: Pattern, ev: Evidence, values: dict) -> None:
@@ -229,37 +301,53 @@ class Scanner:
         else:
             self.symptoms.add(pat.emits, pat.id, pat.strength, ev, values)
 
-    def _sample_timeline(self, buf, cut, consumed, stride) -> list[tuple]:
-        """Big files: read the timeline in small windows every ``stride`` bytes of the file.
+    def _sample_timeline(self, buf, cut, have, consumed, stride, mark) -> tuple[list[tuple], int]:
+        """Big files: read the timeline in small windows, one per ``stride`` bytes of the file.
 
-        Returns (offset, pattern index, segment, values), sorted by offset, first hit of each
-        timeline pattern per window.
+        A window starts at the first line start at or after its mark (an absolute offset, a
+        multiple of ``stride``) and belongs to the chunk holding that line start, so the
+        windows do not depend on where chunks (or parallel ranges) are cut. Returns (offset,
+        pattern index, segment, values), sorted by offset, first hit of each timeline pattern
+        per window; and the next mark to handle.
         """
         out: list[tuple] = []
         if not self.timeline_patterns or not cut:
-            return out
-        first = -(-consumed // stride) * stride - consumed  # next multiple of stride in buf
-        for start in range(first, cut, stride):
-            begin = buf.find(b"\n", start, cut) + 1 if start else 0
-            if (start and begin <= 0) or begin >= cut:
-                continue
-            stop = min(begin + TIMELINE_WINDOW_BYTES, cut)
-            window = bytes(buf[begin:stop])
+            return out, mark
+        windows: list[tuple[int, bytes]] = []  # (offset in buf, bytes)
+        while True:
+            rel = mark - consumed
+            if rel <= 0 or buf[rel - 1:rel] == b"\n":
+                begin = max(rel, 0)
+            else:
+                begin = buf.find(b"\n", rel - 1, have) + 1
+                if begin == 0:
+                    break  # no line start yet: the next chunk has it
+            if begin >= cut:
+                break
+            mark += stride
+            window = bytes(buf[begin:min(begin + TIMELINE_WINDOW_BYTES, have)])
             wcut = window.rfind(b"\n") + 1
-            if wcut:
-                window = window[:wcut]
-            taken: set[int] = set()
-            for off, idx in self.engine_timeline.candidates(window, len(window)):
-                if idx in taken:
-                    continue
-                ls, ss, se, _ = _segment_at(window, off, len(window))
-                seg = normalize(window[ss:se])
-                values = self.timeline_patterns[idx].match(seg.text)
-                if values is None:
-                    continue
-                taken.add(idx)
-                out.append((begin + ls, idx, seg, values))
-        return out  # windows and their candidates come in offset order
+            # a window ends its last line (one without a newline gets one, so that windows
+            # joined below never share a line)
+            windows.append((begin, window[:wcut] if wcut else window + b"\n"))
+        if not windows:
+            return out, mark
+        # one engine call for all the chunk's windows, joined
+        joined = b"".join(w for _, w in windows)
+        starts = list(itertools.accumulate((len(w) for _, w in windows[:-1]), initial=0))
+        taken: set[tuple[int, int]] = set()  # (window, pattern): its first hit only
+        for off, idx in self.engine_timeline.candidates(joined, len(joined)):
+            k = bisect.bisect_right(starts, off) - 1
+            if (k, idx) in taken:
+                continue
+            ls, ss, se, _ = _segment_at(joined, off, len(joined))
+            seg = normalize(joined[ss:se])
+            values = self.timeline_patterns[idx].match(seg.text)
+            if values is None:
+                continue
+            taken.add((k, idx))
+            out.append((windows[k][0] + ls - starts[k], idx, seg, values))
+        return out, mark  # windows and their candidates come in offset order
 
 
 def _segment_at(buf, off: int, have: int) -> tuple[int, int, int, int]:
@@ -297,9 +385,10 @@ def _next_lines(buf, line_end: int, n: int, have: int) -> list[str]:
 
 def scan_files(paths: Iterable[str], engine: str = "auto",
                on_event: Callable[[str, Evidence, dict], None] | None = None,
-               on_progress: ProgressFn | None = None) -> ScanResult:
-    """Scan every path (``-`` = standard input) into one ScanResult."""
-    scanner = Scanner(engine=engine, on_progress=on_progress)
+               on_progress: ProgressFn | None = None, jobs: int | None = None) -> ScanResult:
+    """Scan every path (``-`` = standard input) into one ScanResult; big regular files on
+    ``jobs`` cores (None: default_jobs(); 1: one process)."""
+    scanner = Scanner(engine=engine, on_progress=on_progress, jobs=jobs)
     for p in paths:
         scanner.scan_path(p, on_event=on_event)
     return scanner.result()

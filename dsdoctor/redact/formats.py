@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-import yaml
-
 REDACTED = "<redacted>"
 
 # "{L}": a token starts here when not glued to an ASCII letter/digit, or glued to a URL escape
@@ -50,10 +48,18 @@ class SecretFormat:
     description: str
     reference: str
     keywords: tuple[str, ...]
-    regex: re.Pattern[str]
+    source: str  # the regex, with {L}/{R} expanded; compiled on first use (most never are)
     samples: tuple[Sample, ...]
     negatives: tuple[str, ...]
     whole_line: bool = False
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            compiled = re.compile(self.source)
+            object.__setattr__(self, "_compiled", compiled)
+        return compiled
 
     def applies(self, lowered: str) -> bool:
         """Cheap prefilter: one of the keywords is in the (lower-cased) text."""
@@ -69,12 +75,11 @@ class SecretFormat:
         return REDACTED
 
 
+def _source(entry: dict) -> str:
+    return str(entry["regex"]).replace("{L}", LEFT).replace("{R}", RIGHT)
+
+
 def _compile(entry: dict) -> SecretFormat:
-    source = str(entry["regex"]).replace("{L}", LEFT).replace("{R}", RIGHT)
-    try:
-        regex = re.compile(source)
-    except re.error as exc:  # a broken entry is a bug in the package, say which one
-        raise ValueError(f"secret format {entry.get('id')!r}: bad regex ({exc})") from None
     samples = tuple(
         Sample(tuple(str(p) for p in s["text"]), int(s.get("secret", len(s["text"]) - 1)),
                str(s.get("kept", "")))
@@ -83,7 +88,7 @@ def _compile(entry: dict) -> SecretFormat:
         id=str(entry["id"]), description=str(entry["description"]),
         reference=str(entry.get("reference", "")),
         keywords=tuple(str(k).lower() for k in entry.get("keywords") or ()),
-        regex=regex, samples=samples,
+        source=_source(entry), samples=samples,
         negatives=tuple(str(n) for n in entry.get("negatives") or ()),
         whole_line=bool(entry.get("whole_line", False)))
 
@@ -91,16 +96,40 @@ def _compile(entry: dict) -> SecretFormat:
 @functools.lru_cache(maxsize=1)
 def secret_formats() -> tuple[SecretFormat, ...]:
     """Every secret format, in the order they are applied (the file's order)."""
-    text = resources.files("dsdoctor.redact").joinpath("secret_formats.yaml").read_text("utf-8")
-    return tuple(_compile(e) for e in yaml.safe_load(text))
+    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+
+    data = resources.files("dsdoctor.redact").joinpath("secret_formats.yaml").read_bytes()
+    entries = cached_data("secrets", [("secret_formats.yaml", data)], lambda: _parse(data))
+    return tuple(_compile(e) for e in entries)
 
 
+def _parse(data: bytes) -> list:
+    import yaml  # noqa: PLC0415 - the cache usually spares parsing YAML
+
+    entries = yaml.load(data.decode("utf-8"),
+                        Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    for entry in entries:  # validated once, when the cache is built; compiled lazily after
+        try:
+            re.compile(_source(entry))
+        except re.error as exc:  # a broken entry is a bug in the package, say which one
+            raise ValueError(f"secret format {entry.get('id')!r}: bad regex ({exc})") from None
+    return entries
+
+
+@functools.lru_cache(maxsize=1)
+def _keywords() -> tuple[str, ...]:
+    """Every format's keywords, each once (many formats share one)."""
+    return tuple(dict.fromkeys(k for f in secret_formats() for k in f.keywords))
+
+
+@functools.lru_cache(maxsize=2048)  # a report redacts the same evidence line many times
 def redact_formats(text: str) -> str:
     """``text`` with every match of every secret format replaced by ``<redacted>``."""
     if not text:
         return text
     lowered = text.lower()
+    present = {k for k in _keywords() if k in lowered}
     for fmt in secret_formats():
-        if fmt.applies(lowered):
+        if not fmt.keywords or not present.isdisjoint(fmt.keywords):
             text = fmt.sub(text)
     return text

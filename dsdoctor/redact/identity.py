@@ -13,7 +13,6 @@ import ipaddress
 import json
 import os
 import re
-import socket
 from collections.abc import Iterable
 
 from dsdoctor.facts.launch import world_info_dict
@@ -93,6 +92,8 @@ class IdentityMasker:
                 except (OSError, KeyError, ImportError):  # no passwd entry in a container
                     pass
         if hosts:
+            import socket  # noqa: PLC0415 - only when host names are masked (start-up)
+
             try:
                 full = socket.gethostname()
                 names += [full, full.split(".")[0]]

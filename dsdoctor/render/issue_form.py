@@ -13,8 +13,6 @@ import re
 from importlib import resources
 from typing import Any
 
-import yaml
-
 TEMPLATE_NAME = "training-failure.yml"
 DEFAULT_PATH = f".github/ISSUE_TEMPLATE/{TEMPLATE_NAME}"
 
@@ -164,4 +162,6 @@ def validate_form(form: Any) -> list[str]:
 
 def load_form(text: str) -> Any:
     """Parse issue-form YAML safely (no custom tags, no code)."""
+    import yaml  # noqa: PLC0415 - every command imports this module to register its options
+
     return yaml.safe_load(text)

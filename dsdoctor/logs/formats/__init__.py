@@ -7,15 +7,13 @@ searches for.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
-
-import regex
-import yaml
 
 from dsdoctor.model import SYMPTOM_KINDS
 
@@ -25,7 +23,6 @@ _LINE_CROSSING = re.compile(r"\\[sSWDn r]|(?<!\\)\.|\[\^")
 MAX_JOIN_NEXT = 8
 
 
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class FormatError(ValueError):
@@ -61,6 +58,8 @@ class Pattern:
         """The compiled precise pattern (``regex`` module), compiled once, on first use."""
         compiled = self.__dict__.get("_compiled")
         if compiled is None:
+            import regex  # noqa: PLC0415 - imported when a first candidate needs it (start-up)
+
             flags = regex.IGNORECASE if self.caseless else 0
             compiled = regex.compile(self.source, flags | regex.VERSION0)
             object.__setattr__(self, "_compiled", compiled)
@@ -150,6 +149,8 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
             raise FormatError(f"{where}: field {name!r} has unknown type {typ!r}")
     caseless = bool(spec.get("caseless", False))
     if validate:
+        import regex  # noqa: PLC0415
+
         try:
             regex.compile(spec["regex"], (regex.IGNORECASE if caseless else 0) | regex.VERSION0)
         except regex.error as exc:
@@ -196,7 +197,9 @@ def load_file(text: str, name: str, validate: bool = True) -> list[Pattern]:
     ``validate=False`` skips compiling the precise regexes up front (the shipped formats: the
     tests compile every one of them; at run time each compiles on first use).
     """
-    doc = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader (C when available)
+    import yaml  # noqa: PLC0415 - the cache (load_patterns) usually spares parsing YAML
+
+    doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader (C when available)
     if not isinstance(doc, dict):
         raise FormatError(f"{name}: a format file is a mapping")
     _check_keys(doc, {"format", "description", "source", "patterns", "notes"}, name)
@@ -207,18 +210,29 @@ def load_file(text: str, name: str, validate: bool = True) -> list[Pattern]:
 
 @functools.lru_cache(maxsize=1)
 def load_patterns() -> tuple[Pattern, ...]:
-    """All patterns of all shipped format files, validated (unique ids)."""
-    out: list[Pattern] = []
+    """All patterns of all shipped format files, validated (unique ids).
+
+    The validated patterns are kept in dsdoctor's private data cache (datacache.py), keyed by
+    the format files' bytes: parsing the YAML costs more than scanning a small log.
+    """
+    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+
     root = resources.files("dsdoctor.logs.formats")
-    for entry in sorted(root.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            out.extend(load_file(entry.read_text(encoding="utf-8"), entry.name, validate=False))
+    sources = sorted((e.name, e.read_bytes()) for e in root.iterdir() if e.name.endswith(".yaml"))
+    specs = cached_data("formats", sources, lambda: _validated_fields(sources))
+    return tuple(Pattern(**spec) for spec in specs)
+
+
+def _validated_fields(sources: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    out: list[Pattern] = []
+    for name, data in sources:
+        out.extend(load_file(data.decode("utf-8"), name, validate=False))
     seen: set[str] = set()
     for p in out:
         if p.id in seen:
             raise FormatError(f"duplicate pattern id {p.id!r}")
         seen.add(p.id)
-    return tuple(out)
+    return [{f.name: getattr(p, f.name) for f in dataclasses.fields(p)} for p in out]
 
 
 # --- literals for the pure-Python prefilter ----------------------------------------------------
