@@ -131,6 +131,14 @@ class OpenedLog:
     encoding: str | None = None  # "utf-16" etc. when transcoded to UTF-8
     notes: list[str] = field(default_factory=list)  # what the wrappers had to drop, for the report
     _file: BinaryIO | None = None  # the file this opened (never standard input)
+    rewritten: bool = False  # the text was repaired (paste.py): the stream is not the file's bytes
+
+    @property
+    def bytes_as_on_disk(self) -> bool:
+        """True when the stream yields the file's own bytes (not decompressed, transcoded or
+        repaired): the scanner may then read the file directly (preadv, parallel ranges)."""
+        return (self._file is not None and self.size is not None and not self.compressed
+                and not self.encoding and not self.rewritten)
 
     def close(self) -> None:
         if self._file is not None:
@@ -227,7 +235,9 @@ def open_log(path: str) -> OpenedLog:
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
         # A whole log pasted on one line (newlines lost) is split back into lines (paste.py).
-        log.stream = repair_flattened(name, head, log.stream, log.notes)
+        buffered = log.stream
+        log.stream = repair_flattened(name, head, buffered, log.notes)
+        log.rewritten = log.stream is not buffered
     except BaseException:
         log.close()
         raise

@@ -95,9 +95,7 @@ class Scanner:
         try:
             if not (on_event is None and self._scan_parallel(log)):
                 stream: Any = log.stream
-                if log._file is not None and log.size is not None and not log.compressed \
-                        and hasattr(os, "preadv") \
-                        and not log.encoding:
+                if log.bytes_as_on_disk and log._file is not None and hasattr(os, "preadv"):
                     # a plain regular file: read straight into the scan buffer, no copies
                     stream = PositionedReader(log._file.fileno(), 0)
                 self._scan_stream(log.name, stream, log.size, log.compressed, on_event)
@@ -152,8 +150,8 @@ class Scanner:
         """Scan a big regular uncompressed file in ranges on several cores (parallel.py); False
         when it does not qualify (the caller scans it in one process)."""
         size = log.size
-        if (self.jobs < 2 or size is None or log.compressed or log.encoding
-                or size < self.parallel_min_bytes or log._file is None or not fork_available()):
+        if (self.jobs < 2 or size is None or not log.bytes_as_on_disk or log._file is None
+                or size < self.parallel_min_bytes or not fork_available()):
             return False
         stride = max(size // TIMELINE_TARGET_POINTS, TIMELINE_WINDOW_BYTES)
         if size <= TIMELINE_FULL_BYTES:
