@@ -50,10 +50,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--stall-after seconds. '-- CMD ARGS...' launches the training command, tees its output "
         "to a log file and watches it; --pid attaches to a running job. When the ranks' processes "
         "are known, a stall dumps every rank's Python stack with py-spy (pip install py-spy) and "
-        "names the odd ranks out. Keys: q quit, p pause, c clear events. --plain prints one line "
-        "per event instead (for scripts, CI and terminals without a TUI).",
-        usage="dsdoctor watch [LOG ...] [--config FILE] [--env FILE|local] [--stall-after SECONDS] "
-        "[--plain] [--pid PID] [-- CMD ARGS ...]",
+        "names the odd ranks out. --env is 'local' by default: this machine's RAM (and the "
+        "cgroup's limit), swap and GPUs are shown and RAM past 90%% of the limit is raised as a "
+        "finding; '--env none' turns that off. Keys: q quit, p pause, / search the log (n/N next/"
+        "previous, Esc leave), f next log file, c clear events, r issue report; selecting a "
+        "finding shows it in full and jumps the log view to its evidence. --plain prints one "
+        "line per event instead (for scripts, CI and terminals without a TUI).",
+        usage="dsdoctor watch [LOG ...] [--config FILE] [--env FILE|local|none] "
+        "[--stall-after SECONDS] [--plain] [--pid PID] [-- CMD ARGS ...]",
     )
     p.add_argument("log", nargs="*", metavar="LOG")
     add_input_options(p)
@@ -105,7 +109,18 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
     findings_of(inputs_from(args), ScanResult())  # raises UsageError for a bad --config/--env/--model
 
 
+def _env_choice(args: argparse.Namespace) -> bool:
+    """watch's --env is 'local' by default (the machine under the run is watched too); 'none'
+    watches no machine and gives the rules no environment. True when the machine is polled."""
+    if args.env is None:
+        args.env = "local"
+    elif args.env == "none":
+        args.env = None
+    return args.env == "local"
+
+
 def run(args: argparse.Namespace) -> int:
+    machine = _env_choice(args)
     if not args.log and not args.cmd:
         if args.pid is not None:
             raise UsageError(f"--pid {args.pid} needs the job's LOG too (progress is read from "
@@ -135,10 +150,10 @@ def run(args: argparse.Namespace) -> int:
             from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415 - no textual for --plain
 
             return PlainWatch(follower, cmd=args.cmd or (), exit_on_idle=args.exit_on_idle,
-                              launched=launched, pid=args.pid).run()
+                              launched=launched, pid=args.pid, machine=machine).run()
         from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
 
-        WatchApp(follower, launched=launched, pid=args.pid).run()
+        WatchApp(follower, launched=launched, pid=args.pid, machine=machine).run()
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
