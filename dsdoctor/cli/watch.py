@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     _check_inputs(args, args.log)
     from dsdoctor.watch.follow import Follower  # noqa: PLC0415
     from dsdoctor.watch.launch import Launched, default_log_path  # noqa: PLC0415
+    from dsdoctor.watch.machine import sample_machine  # noqa: PLC0415
 
     logs = list(args.log)
     log_file = (args.log_file or default_log_path()) if args.cmd else None
@@ -150,10 +151,12 @@ def run(args: argparse.Namespace) -> int:
             from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415 - no textual for --plain
 
             return PlainWatch(follower, cmd=args.cmd or (), exit_on_idle=args.exit_on_idle,
-                              launched=launched, pid=args.pid, machine=machine).run()
+                              launched=launched, pid=args.pid,
+                              machine=sample_machine if machine else None).run()
         from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
 
-        WatchApp(follower, launched=launched, pid=args.pid, machine=machine).run()
+        WatchApp(follower, launched=launched, pid=args.pid,
+                              machine=sample_machine if machine else None).run()
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "

@@ -15,7 +15,7 @@ from dsdoctor.safeio import one_line
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.launch import ExitStatus, Launched
 from dsdoctor.watch.machine import POLL_SECONDS as MACHINE_SECONDS
-from dsdoctor.watch.machine import MachineSample, ram_finding, sample_machine
+from dsdoctor.watch.machine import MachineSample, ram_finding
 from dsdoctor.watch.progress import StallChange
 
 Say = Callable[[str], None]
@@ -44,7 +44,8 @@ class PlainWatch:
 
     def __init__(self, follower: Follower, cmd: Sequence[str] = (),
                  exit_on_idle: float | None = None, launched: Launched | None = None,
-                 pid: int | None = None, out: Say | None = None, machine: bool = False):
+                 pid: int | None = None, out: Say | None = None,
+                 machine: Callable[[], MachineSample] | None = None):
         self.follower = follower
         self.cmd = tuple(cmd)
         self.exit_on_idle = exit_on_idle
@@ -55,10 +56,11 @@ class PlainWatch:
         self.seen: set[str] = set()
         self.shown_errors: dict[str, str] = {}
         self.worst = 0
-        self.machine = machine  # --env local: say when host RAM passes the alert (before a -9)
+        # --env local: the machine's sampler (machine.sample_machine); RAM past the alert is
+        # said, since it is the evidence before a -9
+        self.machine = machine
         self._machine_at = 0.0
         self._ram_alert = False
-        self.sample_machine: Callable[[], MachineSample] = sample_machine  # tests inject one
 
     def report(self) -> None:
         events = self.follower.take_events()
@@ -89,15 +91,15 @@ class PlainWatch:
 
     def check_machine(self, now: float) -> None:
         """Every MACHINE_SECONDS: host RAM past the alert is said once per crossing."""
-        if not self.machine or now - self._machine_at < MACHINE_SECONDS:
+        if self.machine is None or now - self._machine_at < MACHINE_SECONDS:
             return
         self._machine_at = now
         try:
-            sample = self.sample_machine()
+            sample = self.machine()
         except Exception as exc:  # noqa: BLE001 - the machine view is a help, never fatal
             print(f"dsdoctor: warning: cannot read this machine's memory ({exc}); "
                   "'--env none' stops trying", file=sys.stderr, flush=True)
-            self.machine = False
+            self.machine = None
             return
         finding = ram_finding(sample)
         if finding is not None and not self._ram_alert:
