@@ -75,3 +75,22 @@ def test_ram_finding_past_the_alert_only():
     assert f.title == ("host RAM at 91% of the cgroup's limit (/sys/fs/cgroup/memory.max): "
                        "14.6 of 16.0 GiB")
     assert "swap 1.0/4.0 GiB in use" in f.message and "-9" in f.message
+
+
+def test_plain_says_the_ram_alert_once_per_crossing(tmp_path):
+    from dsdoctor.facts.inputs import AnalysisInputs
+    from dsdoctor.watch.follow import Follower
+    from dsdoctor.watch.plain import MACHINE_SECONDS, PlainWatch
+
+    samples = [MachineSample(15 * GIB, 16 * GIB, 0, 0), MachineSample(int(15.5 * GIB), 16 * GIB, 0, 0),
+               MachineSample(8 * GIB, 16 * GIB, 0, 0)]
+    said: list[str] = []
+    path = tmp_path / "train.log"
+    path.write_text("starting\n")
+    watch = PlainWatch(Follower([str(path)], AnalysisInputs()), out=said.append,
+                       machine=lambda: samples.pop(0))
+    for i in range(3):
+        watch.check_machine(100.0 + i * MACHINE_SECONDS)
+    assert said == ["warning: WATCH-RAM host-ram-near-limit: host RAM at 94% of this machine's RAM: "
+                    "15.0 of 16.0 GiB",
+                    "host RAM back under the alert: this machine: RAM 8.0/16.0 GiB (50%)"]
