@@ -63,3 +63,13 @@ def test_search_forward_backward_and_wrap(tmp_path, monkeypatch):
 
 def test_shown_line_has_no_control_bytes():
     assert logview.shown(b"\x1b[31mred\x1b[0m\tx\r 5%|bar\x07\r\n") == "red    x  5%|bar "
+
+
+def test_a_match_far_along_a_giant_line(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_bytes(b"x\n" + b"." * 5000 + b"NEEDLE\n")
+    lines = LogLines(str(path))
+    lines.refresh()
+    assert lines.search("needle", 0) == Match(2, 5000)
+    assert len(lines.read(2, 1)[0]) == logview.MAX_SHOWN_CHARS
+    assert lines.read(2, 1, cut=False)[0].endswith("NEEDLE")

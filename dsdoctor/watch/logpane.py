@@ -130,11 +130,11 @@ class LogPane(Static, can_focus=True):
             marked = n in v.marks
             gutter = f"{n:>{GUTTER}}{'>' if marked else ' '} "
             row = Text(gutter, style="bold red" if marked else "dim")
-            shift = 0
             if v.match is not None and v.match.line == n and v.match.column + len(v.query) > width:
                 # the match is past the view's right edge: show the line from a bit before it
+                whole = self._red.text("".join(log.read(n, 1, cut=False)))
                 shift = v.match.column - width // 3
-                line = "…" + line[shift + 1:]
+                line = "…" + whole[shift + 1:]
             body = Text(line[:width], style=EVIDENCE_STYLE if marked else "")
             if v.query:
                 body.highlight_words([v.query], style=MATCH_STYLE, case_sensitive=False)

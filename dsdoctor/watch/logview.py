@@ -93,8 +93,9 @@ class LogLines:
                 break
         return int(fh.tell())
 
-    def read(self, first: int, count: int) -> list[str]:
-        """Lines ``first`` .. ``first + count - 1`` (1-based) as text, cut for the screen."""
+    def read(self, first: int, count: int, cut: bool = True) -> list[str]:
+        """Lines ``first`` .. ``first + count - 1`` (1-based) as text, cut for the screen
+        (``cut=False``: whole, up to a MiB, for a search match far along a line)."""
         first = max(1, first)
         out: list[str] = []
         try:
@@ -106,7 +107,7 @@ class LogLines:
                         break
                     if not raw.endswith(b"\n"):
                         fh.readline()  # the rest of a giant line
-                    out.append(shown(raw))
+                    out.append(shown(raw, cut=cut))
         except OSError:
             return []
         return out
@@ -138,11 +139,9 @@ class LogLines:
         """The line and column of the byte offset ``pos``."""
         slot = bisect.bisect_right(self._offsets, pos) - 1
         fh.seek(self._offsets[slot])
-        line = 1 + slot * STRIDE + fh.read(pos - self._offsets[slot]).count(b"\n")
-        fh.seek(max(0, pos - 4096))
-        before = fh.read(pos - max(0, pos - 4096))
-        start = before.rfind(b"\n") + 1
-        column = len(shown(before[start:], cut=False))
+        before = fh.read(pos - self._offsets[slot])  # at most STRIDE lines
+        line = 1 + slot * STRIDE + before.count(b"\n")
+        column = len(shown(before[before.rfind(b"\n") + 1:], cut=False))
         return Match(line, column)
 
 
