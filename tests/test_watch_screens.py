@@ -177,6 +177,7 @@ def test_stall_and_pause(monkeypatch, update_golden):
         text = screen_text(app)
         assert "possible hang: no progress for 31s (threshold 30s)" in text
         assert "paused: the logs are not read until p is pressed again" in text
+        assert "dsdoctor watch — PAUSED | " in text  # first in the header: never cut off
         # the findings stay in view under the banner and the messages
         assert "DS102 loss-scale-collapse" in text and "WATCH-RAM" in text
         check_golden("stall", text, update_golden)

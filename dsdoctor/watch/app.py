@@ -134,7 +134,8 @@ class WatchApp(App):
         self.machine = machine  # --env local: machine.sample_machine; None with --env none
         self.ram_alert: Finding | None = None  # host RAM past the alert, from the machine poll
         self.findings: list[Finding] = []  # as listed, most severe first
-        self._listed: tuple[str, ...] = ()
+        self._listed: tuple[str, ...] | None = None  # None: never listed yet
+        self._progress_text = ""
         self._symptom_rows: list[tuple[str, str, str, str, str]] = []
         self._search_from = 0  # the line a search starts from (n/N move it)
         self._stop = threading.Event()
@@ -255,11 +256,8 @@ class WatchApp(App):
     def _apply_progress(self, stall: StallStatus, plots: list[str],
                         bar: TqdmTick | None = None) -> None:
         self.query_one("#plots", Static).update(Text("\n".join(plots), style="cyan"))
-        self.sub_title = f"{self.tailer.path} | {progress_header(stall, bar)}"
-        if self.paused:
-            self.sub_title += " | PAUSED"
-        if self.exit_status is not None:
-            self.sub_title += f" | command ended: {self.exit_status.describe()}"
+        self._progress_text = progress_header(stall, bar)
+        self._set_sub_title()
         banner = self.query_one("#stall", Static)
         banner.set_class(stall.stalled, "stalled")
         banner.set_class(not stall.stalled and bool(self.stall_text), "cleared")
@@ -273,6 +271,16 @@ class WatchApp(App):
         for line in self.stack_lines:
             text.append("\n" + self._red.text(line))
         banner.update(text)
+
+    def _set_sub_title(self) -> None:
+        """The header: PAUSED first (the header cuts what is too long), the files, progress."""
+        parts = ["PAUSED"] if self.paused else []
+        parts.append(self.tailer.path)
+        if self._progress_text:
+            parts.append(self._progress_text)
+        if self.exit_status is not None:
+            parts.append(f"command ended: {self.exit_status.describe()}")
+        self.sub_title = " | ".join(parts)
 
     def _show_error(self, msg: str) -> None:
         self.query_one("#status", Static).update(Text(msg, style="red"))
@@ -329,6 +337,12 @@ class WatchApp(App):
         self.findings = shown
         if keys == self._listed:
             return
+        if not shown:
+            self.query_one("#detail-text", Static).update(
+                "no findings: the rules found nothing to say in what was read so far")
+        elif not self._listed:
+            self.query_one("#detail-text", Static).update(
+                "up/down: a finding in full; Enter: its evidence in the log; Tab: to the log view")
         self._listed = keys
         options = self.query_one("#findings", OptionList)
         selected = options.highlighted_option.id if options.highlighted_option else None
@@ -443,8 +457,7 @@ class WatchApp(App):
         if self.paused:
             status.append("  [paused]", style="yellow")
         self.query_one("#status", Static).update(status)
-        self.sub_title = self.sub_title.replace(" | PAUSED", "") + (
-            " | PAUSED" if self.paused else "")
+        self._set_sub_title()
 
     def action_report(self) -> None:
         """Write the issue report of what was seen so far (dsdoctor report, in a thread)."""
