@@ -219,3 +219,11 @@ def test_a_tick_cut_by_a_read_is_found_whole(tmp_path):
     follower.poll()
     assert follower.bar is not None and (follower.bar.n, follower.bar.total) == (23, 4360)
     assert follower.stall.status().last.location == f"{path}:2"  # type: ignore[union-attr]
+
+
+def test_only_the_last_ticks_of_a_read_are_parsed_and_each_bar_keeps_its_last():
+    # a read at 10,000 lines/s: many ticks of the run's bar, then one of an evaluation bar
+    (_, first), = find_ticks(TRAINER_LINE)
+    many = b"".join(b"\r" + first.text.replace("9/300", f"{n}/300").encode() for n in range(10, 60))
+    ticks = find_ticks(many + b"\r" + SWIFT_TICK.replace(b"Train:", b""))
+    assert [(t.n, t.total) for _, t in ticks] == [(59, 300), (1, 20)]

@@ -190,6 +190,7 @@ _DESC = re.compile(rb"([A-Za-z][\w .()/-]{0,60}?):\s*$")
 # their ticks are not steps (their pace says nothing of a training step's).
 _NOT_TRAINING = re.compile(r"load|shard|download|fetch|extract|map|token|filter|prepar|"
                            r"eval|predict|valid|test|generat|sampl|infer", re.IGNORECASE)
+MAX_TICKS = 8  # ticks parsed per read, from its end
 TICK_CARRY_BYTES = 600  # a tick cut by a chunk boundary is completed by the next chunk
 
 
@@ -221,10 +222,8 @@ class TqdmTick:
 def find_ticks(data: bytes) -> list[tuple[int, TqdmTick]]:
     """The tqdm ticks in ``data`` (offset, tick), only the last one of each bar: the ticks of one
     read all arrived at the same moment."""
-    if b"%|" not in data:  # fast path: most chunks of a log carry no bar
-        return []
     last: dict[tuple[str, int], tuple[int, TqdmTick]] = {}
-    for m in _TICK.finditer(data):
+    for m in _last_ticks(data):
         head = data[max(0, m.start() - 80):m.start()]
         d = _DESC.search(head)
         desc = d.group(1).decode("utf-8", "replace").strip() if d else ""
@@ -236,8 +235,25 @@ def find_ticks(data: bytes) -> list[tuple[int, TqdmTick]]:
         total = int(m.group(3))
         tick = TqdmTick(n=int(m.group(2)), total=total, desc=desc, rate=rate,
                         remaining=m.group(5).decode(), text=m.group(0).decode("utf-8", "replace"))
-        last[(desc, total)] = (m.start(), tick)
+        last.setdefault((desc, total), (m.start(), tick))  # from the end: the first is the last
     return sorted(last.values(), key=lambda pair: pair[0])
+
+
+def _last_ticks(data: bytes) -> list[re.Match[bytes]]:
+    """The last MAX_TICKS ticks of ``data``, last first. Found from its end with ``rfind``: a read
+    at 10,000 lines/s holds hundreds of ticks, and only each bar's last one matters (a bar whose
+    ticks are all older than the others' last MAX_TICKS has moved anyway: its step shows later)."""
+    out: list[re.Match[bytes]] = []
+    end = len(data)
+    while len(out) < MAX_TICKS:
+        pos = data.rfind(b"%|", 0, end)
+        if pos < 0:
+            break
+        m = _TICK.search(data, max(0, pos - 3), pos + 600)
+        if m is not None and m.end(1) == pos:
+            out.append(m)
+        end = pos
+    return out
 
 
 class BarTracker:
