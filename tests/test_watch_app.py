@@ -194,3 +194,35 @@ def test_selecting_a_finding_switches_to_the_log_of_its_evidence(tmp_path):
             await pilot.press("q")
 
     asyncio.run(scenario())
+
+
+def test_the_log_view_and_the_finding_never_show_a_secret(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import OptionList, Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    token = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"
+    path = tmp_path / "train.log"
+    # the launcher's -9 exit, a real line (DeepSpeed#3232), with a token on its command line
+    path.write_text("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] "
+                    f"['/usr/bin/python3', '-u', 'main.py', '--hub_token', '{token}'] exits with "
+                    "return code = -9\n")
+
+    async def scenario():
+        app = WatchApp(Follower([str(path)], args()), poll=0.1)
+        async with app.run_test(size=(200, 45)) as pilot:
+            options = app.query_one("#findings", OptionList)
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if options.option_count:
+                    break
+            await pilot.press("down", "enter")
+            await pilot.pause(0.3)
+            shown = str(app.log_pane.render())
+            assert "exits with return code = -9" in shown
+            assert "--hub_token" in shown and token not in shown
+            assert token not in str(app.query_one("#detail-text", Static).render())
+            await pilot.press("q")
+
+    asyncio.run(scenario())

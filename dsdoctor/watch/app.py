@@ -30,6 +30,7 @@ from dsdoctor.render.analysis import SEVERITY_STYLE
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.launch import ExitStatus, Launched
 from dsdoctor.watch.logpane import LogPane
+from dsdoctor.watch.logview import Match
 from dsdoctor.watch.machine import POLL_SECONDS as MACHINE_SECONDS
 from dsdoctor.watch.machine import MachineSample, ram_finding
 from dsdoctor.watch.progress import StallChange, StallStatus, TqdmTick
@@ -142,6 +143,8 @@ class WatchApp(App):
         self._seen_rules: set[str] = set()
         self._seen_kinds: set[str] = set()
         self._red = Redactor()  # a token printed in the log is not shown on screen either
+        # kept here, not queried: the worker and the search thread read its files' line index
+        self.log_pane = LogPane(source.paths, self._red, id="log")
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -156,7 +159,7 @@ class WatchApp(App):
                     yield Static("up/down: a finding in full; Enter: its evidence in the log; "
                                  "Tab: to the log view", id="detail-text")
             yield Static("", id="log-title")
-            yield LogPane(self.tailer.paths, self._red, id="log")
+            yield self.log_pane
             with Horizontal(id="bottom"):
                 yield DataTable(id="symptoms", zebra_stripes=True, cursor_type="none")
                 yield RichLog(id="events", wrap=False, markup=False, max_lines=500)
@@ -177,10 +180,6 @@ class WatchApp(App):
         self.set_focus(self.query_one("#findings", OptionList))
         self._refresh_log()
         threading.Thread(target=self._worker, daemon=True, name="dsdoctor-tail").start()
-
-    @property
-    def log_pane(self) -> LogPane:
-        return self.query_one("#log", LogPane)
 
     def say(self, message: str, style: str = "") -> None:
         """A message on its own line (never a toast over the findings)."""
@@ -422,11 +421,14 @@ class WatchApp(App):
     @work(thread=True, exclusive=True, group="search")
     def _search(self, query: str, after: int, forward: bool) -> None:
         """Off the UI thread: a log of gigabytes is searched in blocks."""
-        log = self.log_pane.current
+        file = self.log_pane.view.file
+        log = self.log_pane.logs[file]
         match = log.search(query, after, forward) if query else None
-        self.call_from_thread(self._apply_search, query, match)
+        self.call_from_thread(self._apply_search, query, match, file)
 
-    def _apply_search(self, query: str, match) -> None:  # type: ignore[no-untyped-def]
+    def _apply_search(self, query: str, match: Match | None, file: int) -> None:
+        if file != self.log_pane.view.file:
+            return  # the view moved to another log meanwhile (f, or a finding's evidence)
         self.log_pane.set_match(query, match)
         self._refresh_log_title()
 
