@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "to a log file and watches it; --pid attaches to a running job. When the ranks' processes "
         "are known, a stall dumps every rank's Python stack with py-spy (pip install py-spy) and "
         "names the odd ranks out. --env is 'local' by default: this machine's RAM (and the "
-        "cgroup's limit), swap and GPUs are shown and RAM past 90%% of the limit is raised as a "
+        "cgroup's limit), swap and GPUs are shown and RAM past 90% of the limit is raised as a "
         "finding; '--env none' turns that off. Keys: q quit, p pause, / search the log (n/N next/"
         "previous, Esc leave), f next log file, c clear events, r issue report; selecting a "
         "finding shows it in full and jumps the log view to its evidence. --plain prints one "
@@ -61,6 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("log", nargs="*", metavar="LOG")
     add_input_options(p)
+    for action in p._actions:  # the shared --env, as watch reads it (local by default, or none)
+        if action.dest == "env":
+            action.metavar = "local|none|FILE"
+            action.help = ("local (the default): this machine's environment for the rules, and "
+                           "its RAM (cgroup limit), swap and GPUs watched; none: neither; FILE: "
+                           "a snapshot from 'dsdoctor env --format json' for the rules")
     p.add_argument("--from-end", action="store_true",
                    help="start at the end of the files (default: read them from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")
