@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.reader import open_log
+
+if TYPE_CHECKING:
+    from dsdoctor.watch.follow import Follower
 
 
 def _positive(text: str) -> float:
@@ -112,7 +117,30 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
     from dsdoctor.diagnose.pipeline import findings_of  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 
-    findings_of(inputs_from(args), ScanResult())  # raises UsageError for a bad --config/--env/--model
+    inputs = inputs_from(args)
+    if inputs.env == "local":  # this machine's snapshot needs no checking (see _local_env_later)
+        inputs = replace(inputs, env=None)
+    findings_of(inputs, ScanResult())  # raises UsageError for a bad --config/--env/--model
+
+
+def _local_env_later(follower: Follower) -> None:
+    """--env local: collecting this machine's snapshot takes seconds when torch is installed, so
+    the logs are read and the rules run without it until a thread has it (once per process)."""
+    local = follower.inputs
+
+    def collect() -> None:
+        from dsdoctor.facts.envinfo import load_snapshot  # noqa: PLC0415
+
+        try:
+            load_snapshot("local")
+        except Exception as exc:  # noqa: BLE001 - the watch goes on without it
+            print(f"dsdoctor: warning: cannot collect this machine's environment ({exc}); the "
+                  "rules go on without it", file=sys.stderr, flush=True)
+            return
+        follower.inputs = local  # one attribute: the next refresh reads it whole
+
+    follower.inputs = replace(local, env=None)
+    threading.Thread(target=collect, daemon=True, name="dsdoctor-env").start()
 
 
 def _env_choice(args: argparse.Namespace) -> bool:
@@ -147,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     from_start = not args.from_end or log_file is not None
     inputs = replace(inputs_from(args), logs=tuple(logs))
     follower = Follower(logs, inputs, from_start=from_start, stall_after=args.stall_after)
+    if inputs.env == "local":
+        _local_env_later(follower)
     launched = None
     if log_file:
         launched = Launched(args.cmd, log_file)
