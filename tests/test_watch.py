@@ -108,3 +108,49 @@ def test_watch_plain_never_echoes_a_secret(tmp_path):
                            "--exit-on-idle", "1"], capture_output=True, text=True, timeout=60)
     assert "exits with return code" in proc.stdout
     assert token not in proc.stdout
+
+
+def test_env_is_local_by_default_and_none_turns_it_off():
+    import argparse
+
+    from dsdoctor.cli.watch import _env_choice
+
+    for given, env, polled in ((None, "local", True), ("none", None, False),
+                               ("local", "local", True), ("env.json", "env.json", False)):
+        ns = argparse.Namespace(env=given)
+        assert _env_choice(ns) is polled
+        assert ns.env == env
+
+
+def test_watch_plain_with_env_none(tmp_path):
+    path = tmp_path / "live.log"
+    path.write_text("starting\n" + OVERFLOW)
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "watch", str(path), "--plain",
+                           "--env", "none", "--exit-on-idle", "1"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert ":2: fp16-overflow:" in proc.stdout
+
+
+def test_local_env_reaches_the_rules_once_collected(tmp_path, monkeypatch):
+    """--env local: the logs are read without waiting for this machine's snapshot (seconds with
+    torch installed); the rules get it as soon as a thread has collected it."""
+    from dsdoctor.cli.watch import _local_env_later
+    from dsdoctor.facts import envinfo
+    from dsdoctor.facts.inputs import AnalysisInputs
+    from dsdoctor.watch.follow import Follower
+
+    release = threading.Event()
+    monkeypatch.setattr(envinfo, "load_snapshot", lambda spec: release.wait(10) and {})
+    path = tmp_path / "live.log"
+    path.write_text("starting\n")
+    follower = Follower([str(path)], AnalysisInputs(env="local"))
+    _local_env_later(follower)
+    assert follower.inputs.env is None
+    assert follower.poll()  # reading does not wait
+    release.set()
+    for _ in range(100):
+        if follower.inputs.env == "local":
+            break
+        time.sleep(0.05)
+    assert follower.inputs.env == "local"

@@ -149,3 +149,80 @@ def test_key_r_writes_the_report_of_a_failure_dsdoctor_cannot_fix(tmp_path):
     out = tmp_path / "issue.md"
     assert _press_r(path, out) == f"wrote the issue report to {out}; review it before filing"
     assert "NameError" in out.read_text(encoding="utf-8")
+
+
+def test_selecting_a_finding_switches_to_the_log_of_its_evidence(tmp_path):
+    """Several logs: Enter on a finding shows its evidence's file, its line marked."""
+    pytest.importorskip("textual")
+    from textual.widgets import OptionList, Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    first = tmp_path / "rank0.log"
+    first.write_text("starting\n" + DICT * 2)
+    second = tmp_path / "rank1.log"
+    # the launcher's -9 exit, a real line (DeepSpeed#3232), as the 3rd line of the second log
+    second.write_text("starting\nloading\n[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:"
+                      "sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] "
+                      "exits with return code = -9\n")
+
+    async def scenario():
+        app = WatchApp(Follower([str(first), str(second)], args()), poll=0.1)
+        async with app.run_test(size=(110, 45)) as pilot:
+            options = app.query_one("#findings", OptionList)
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if options.option_count:
+                    break
+            assert app.log_pane.view.file == 0 and app.log_pane.view.anchor is None
+            index = next(i for i, f in enumerate(app.findings) if f.evidence
+                         and f.evidence[0].file == str(second))
+            options.highlighted = index
+            await pilot.press("enter")
+            await pilot.pause(0.3)
+            view = app.log_pane.view
+            assert (view.file, view.anchor) == (1, 3)
+            assert 3 in view.marks
+            title = str(app.query_one("#log-title", Static).render())
+            assert f"log {second} (2 of 2; f: next file): at line 3" in title
+            assert "3> [2023-04-14 13:11:27,885] [ERROR]" in str(app.log_pane.render())
+            detail = str(app.query_one("#detail-text", Static).render())
+            assert f"{second}:3: " in detail and "fix: " in detail
+            await pilot.press("f")  # the next file: back to the first, following its end
+            await pilot.pause(0.2)
+            assert (app.log_pane.view.file, app.log_pane.view.anchor) == (0, None)
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+
+
+def test_the_log_view_and_the_finding_never_show_a_secret(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import OptionList, Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    token = "hf_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"
+    path = tmp_path / "train.log"
+    # the launcher's -9 exit, a real line (DeepSpeed#3232), with a token on its command line
+    path.write_text("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] "
+                    f"['/usr/bin/python3', '-u', 'main.py', '--hub_token', '{token}'] exits with "
+                    "return code = -9\n")
+
+    async def scenario():
+        app = WatchApp(Follower([str(path)], args()), poll=0.1)
+        async with app.run_test(size=(200, 45)) as pilot:
+            options = app.query_one("#findings", OptionList)
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if options.option_count:
+                    break
+            await pilot.press("down", "enter")
+            await pilot.pause(0.3)
+            shown = str(app.log_pane.render())
+            assert "exits with return code = -9" in shown
+            assert "--hub_token" in shown and token not in shown
+            assert token not in str(app.query_one("#detail-text", Static).render())
+            await pilot.press("q")
+
+    asyncio.run(scenario())

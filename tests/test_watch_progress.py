@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from dsdoctor.watch.progress import ADAPTIVE_FACTOR, FLOOR_SECONDS, MIN_ADAPTIVE_SECONDS, StallDetector
+from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.watch.follow import Follower
+from dsdoctor.watch.progress import (
+    ADAPTIVE_FACTOR,
+    FLOOR_SECONDS,
+    MIN_ADAPTIVE_SECONDS,
+    BarTracker,
+    StallDetector,
+    find_ticks,
+)
 
 # A Trainer log dict (real format, from dsdoctor/logs/formats/hf-trainer.yaml's samples)
 DICT = "{'loss': 1.6228, 'grad_norm': 9.305521011352539, 'learning_rate': 4.9424511162240815e-06, 'epoch': 0.16}"
@@ -117,3 +128,102 @@ def test_the_same_step_from_another_rank_is_not_an_interval():
         det.progress("rank1.log:1", DICT, step)
     # intervals: 9.5 s between steps only (the 0.5 s rank-to-rank gaps are not counted)
     assert det.threshold() == (ADAPTIVE_FACTOR * 9.5, True)
+
+
+# --- tqdm ticks (progress.find_ticks, BarTracker) -------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+# Real bars, as the runs printed them: Trainer's bar, ticks glued by \r, before a log dict
+# (sample_logs/healthy_zero2_trainer/train.log:208)
+TRAINER_LINE = (REPO / "sample_logs/healthy_zero2_trainer/train.log").read_bytes().split(b"\n")[207]
+# PyTorch Lightning's bar with a postfix (ssbuild/chatglm_finetuning#104)
+PTL_TICK = b"Epoch 1:   1%|          | 23/4360 [00:32<1:43:33,  1.43s/it, loss=nan, v_num=0]"
+# ms-swift's bar with a description and a slow rate (modelscope/ms-swift#4411)
+SWIFT_TICK = ("Train:   5%|██▎                                            | 1/20 [02:03<39:02, "
+              "123.31s/it]").encode()
+# transformers' weight loading bars (sample_logs/bf16_model_in_fp16/train.log:19)
+LOADING_LINE = (REPO / "sample_logs/bf16_model_in_fp16/train.log").read_bytes().split(b"\n")[18]
+
+
+def test_trainer_bar_glued_ticks_give_the_last_one():
+    assert b"\r" in TRAINER_LINE  # the ticks are glued by carriage returns
+    ticks = find_ticks(TRAINER_LINE)
+    assert len(ticks) == 1  # one bar: only its last tick of the read matters
+    tick = ticks[0][1]
+    assert (tick.n, tick.total, tick.desc, tick.remaining) == (9, 300, "", "00:30")
+    assert tick.rate == pytest.approx(9.69)
+    assert tick.training
+    assert tick.describe() == "9/300 (3%), 9.69 it/s, ETA 00:30"
+
+
+def test_seconds_per_iteration_and_a_postfix():
+    (_, ptl), = find_ticks(PTL_TICK)
+    assert (ptl.n, ptl.total, ptl.desc, ptl.remaining) == (23, 4360, "Epoch 1", "1:43:33")
+    assert ptl.rate == pytest.approx(1 / 1.43)
+    assert ptl.describe() == "Epoch 1 23/4360 (1%), 1.43 s/it, ETA 1:43:33"
+    (_, swift), = find_ticks(SWIFT_TICK)
+    assert (swift.n, swift.total, swift.desc) == (1, 20, "Train")
+
+
+def test_loading_bars_are_not_steps():
+    ticks = find_ticks(LOADING_LINE)
+    assert [(t.desc, t.n, t.total) for _, t in ticks] == [("Loading weights", 28, 28)]
+    bars = BarTracker()
+    assert not bars.is_step(ticks[0][1])
+    assert bars.main is None
+
+
+def test_no_bar_no_tick():
+    assert find_ticks(b"[2021-11-27 00:36:55,194] [INFO] [stage2.py:1628:step] 50%\n") == []
+    assert find_ticks(b"{'loss': 1.6228, 'grad_norm': 9.3, 'epoch': 0.16}\n") == []
+
+
+def test_the_run_bar_is_the_training_bar_with_the_largest_total():
+    bars = BarTracker()
+    (_, train), = find_ticks(TRAINER_LINE)
+    (_, small), = find_ticks(SWIFT_TICK.replace(b"Train:", b""))  # 1/20: an evaluation-sized bar
+    assert bars.is_step(train)
+    assert not bars.is_step(small)  # Trainer's evaluation bar does not replace the run's
+    assert bars.main == train
+
+
+def test_a_bar_without_loss_moves_the_stall_clock(tmp_path):
+    """Through the follower: ticks alone are progress, with their step, rate and ETA."""
+    clock = Clock()
+    path = tmp_path / "train.log"
+    path.write_bytes(b"starting\n")
+    follower = Follower([str(path)], AnalysisInputs(), stall_after=30, clock=clock)
+    follower.poll()
+    clock.now += 31
+    assert [c.kind for c in follower.take_changes()] == ["stalled"]
+    with open(path, "ab") as fh:
+        fh.write(TRAINER_LINE.split(b"{")[0])  # the ticks only, no loss dict
+    clock.now += 1
+    follower.poll()
+    changes = follower.take_changes()
+    assert [c.kind for c in changes] == ["resumed"]
+    status = follower.stall.status()
+    assert status.last is not None and status.last.location == f"{path}:2"
+    assert status.last.step == 9
+    assert follower.bar is not None and follower.bar.n == 9
+
+
+def test_a_tick_cut_by_a_read_is_found_whole(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_bytes(b"x\n" + PTL_TICK[:30])
+    follower = Follower([str(path)], AnalysisInputs(), clock=Clock())
+    follower.poll()
+    assert follower.bar is None
+    with open(path, "ab") as fh:
+        fh.write(PTL_TICK[30:] + b"\n")
+    follower.poll()
+    assert follower.bar is not None and (follower.bar.n, follower.bar.total) == (23, 4360)
+    assert follower.stall.status().last.location == f"{path}:2"  # type: ignore[union-attr]
+
+
+def test_only_the_last_ticks_of_a_read_are_parsed_and_each_bar_keeps_its_last():
+    # a read at 10,000 lines/s: many ticks of the run's bar, then one of an evaluation bar
+    (_, first), = find_ticks(TRAINER_LINE)
+    many = b"".join(b"\r" + first.text.replace("9/300", f"{n}/300").encode() for n in range(10, 60))
+    ticks = find_ticks(many + b"\r" + SWIFT_TICK.replace(b"Train:", b""))
+    assert [(t.n, t.total) for _, t in ticks] == [(59, 300), (1, 20)]

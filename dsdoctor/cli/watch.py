@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.reader import open_log
+
+if TYPE_CHECKING:
+    from dsdoctor.watch.follow import Follower
 
 
 def _positive(text: str) -> float:
@@ -50,13 +55,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--stall-after seconds. '-- CMD ARGS...' launches the training command, tees its output "
         "to a log file and watches it; --pid attaches to a running job. When the ranks' processes "
         "are known, a stall dumps every rank's Python stack with py-spy (pip install py-spy) and "
-        "names the odd ranks out. Keys: q quit, p pause, c clear events. --plain prints one line "
-        "per event instead (for scripts, CI and terminals without a TUI).",
-        usage="dsdoctor watch [LOG ...] [--config FILE] [--env FILE|local] [--stall-after SECONDS] "
-        "[--plain] [--pid PID] [-- CMD ARGS ...]",
+        "names the odd ranks out. --env is 'local' by default: this machine's RAM (and the "
+        "cgroup's limit), swap and GPUs are shown and RAM past 90% of the limit is raised as a "
+        "finding; '--env none' turns that off. Keys: q quit, p pause, / search the log (n/N next/"
+        "previous, Esc leave), f next log file, c clear events, r issue report; selecting a "
+        "finding shows it in full and jumps the log view to its evidence. --plain prints one "
+        "line per event instead (for scripts, CI and terminals without a TUI).",
+        usage="dsdoctor watch [LOG ...] [--config FILE] [--env FILE|local|none] "
+        "[--stall-after SECONDS] [--plain] [--pid PID] [-- CMD ARGS ...]",
     )
     p.add_argument("log", nargs="*", metavar="LOG")
     add_input_options(p)
+    for action in p._actions:  # the shared --env, as watch reads it (local by default, or none)
+        if action.dest == "env":
+            action.metavar = "local|none|FILE"
+            action.help = ("local (the default): this machine's environment for the rules, and "
+                           "its RAM (cgroup limit), swap and GPUs watched; none: neither; FILE: "
+                           "a snapshot from 'dsdoctor env --format json' for the rules")
     p.add_argument("--from-end", action="store_true",
                    help="start at the end of the files (default: read them from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")
@@ -102,10 +117,44 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
     from dsdoctor.diagnose.pipeline import findings_of  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 
-    findings_of(inputs_from(args), ScanResult())  # raises UsageError for a bad --config/--env/--model
+    inputs = inputs_from(args)
+    if inputs.env == "local":  # this machine's snapshot needs no checking (see _local_env_later)
+        inputs = replace(inputs, env=None)
+    findings_of(inputs, ScanResult())  # raises UsageError for a bad --config/--env/--model
+
+
+def _local_env_later(follower: Follower) -> None:
+    """--env local: collecting this machine's snapshot takes seconds when torch is installed, so
+    the logs are read and the rules run without it until a thread has it (once per process)."""
+    local = follower.inputs
+
+    def collect() -> None:
+        from dsdoctor.facts.envinfo import load_snapshot  # noqa: PLC0415
+
+        try:
+            load_snapshot("local")
+        except Exception as exc:  # noqa: BLE001 - the watch goes on without it
+            print(f"dsdoctor: warning: cannot collect this machine's environment ({exc}); the "
+                  "rules go on without it", file=sys.stderr, flush=True)
+            return
+        follower.inputs = local  # one attribute: the next refresh reads it whole
+
+    follower.inputs = replace(local, env=None)
+    threading.Thread(target=collect, daemon=True, name="dsdoctor-env").start()
+
+
+def _env_choice(args: argparse.Namespace) -> bool:
+    """watch's --env is 'local' by default (the machine under the run is watched too); 'none'
+    watches no machine and gives the rules no environment. True when the machine is polled."""
+    if args.env is None:
+        args.env = "local"
+    elif args.env == "none":
+        args.env = None
+    return args.env == "local"
 
 
 def run(args: argparse.Namespace) -> int:
+    machine = _env_choice(args)
     if not args.log and not args.cmd:
         if args.pid is not None:
             raise UsageError(f"--pid {args.pid} needs the job's LOG too (progress is read from "
@@ -115,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     _check_inputs(args, args.log)
     from dsdoctor.watch.follow import Follower  # noqa: PLC0415
     from dsdoctor.watch.launch import Launched, default_log_path  # noqa: PLC0415
+    from dsdoctor.watch.machine import sample_machine  # noqa: PLC0415
 
     logs = list(args.log)
     log_file = (args.log_file or default_log_path()) if args.cmd else None
@@ -125,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     from_start = not args.from_end or log_file is not None
     inputs = replace(inputs_from(args), logs=tuple(logs))
     follower = Follower(logs, inputs, from_start=from_start, stall_after=args.stall_after)
+    if inputs.env == "local":
+        _local_env_later(follower)
     launched = None
     if log_file:
         launched = Launched(args.cmd, log_file)
@@ -135,10 +187,12 @@ def run(args: argparse.Namespace) -> int:
             from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415 - no textual for --plain
 
             return PlainWatch(follower, cmd=args.cmd or (), exit_on_idle=args.exit_on_idle,
-                              launched=launched, pid=args.pid).run()
+                              launched=launched, pid=args.pid,
+                              machine=sample_machine if machine else None).run()
         from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
 
-        WatchApp(follower, launched=launched, pid=args.pid).run()
+        WatchApp(follower, launched=launched, pid=args.pid,
+                              machine=sample_machine if machine else None).run()
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "

@@ -3,49 +3,92 @@
 A worker thread reads new bytes and scans them (the UI never blocks on I/O); the app refreshes
 its tables from snapshots of the scan state (follow.py, tailer.py). The stall banner shows a possible
 hang with the time since the last progress and, when the ranks' processes are known, what their
-stacks say (stacks.py, dumped in the worker). Only this module imports textual.
+stacks say (stacks.py, dumped in the worker). Findings are listed most severe first; selecting
+one shows it in full and holds the log view (logpane.py) at its evidence, marked, in the right
+file. ``/`` searches the log. Messages go to a line of their own: no toast ever covers the
+findings. Only this module and logpane.py import textual.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable
 
 from rich.text import Text
+from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Header, RichLog, Static
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import DataTable, Footer, Header, Input, OptionList, RichLog, Static
+from textual.widgets.option_list import Option
 
+from dsdoctor.model import Evidence, Finding
 from dsdoctor.redact import Redactor
 from dsdoctor.render.analysis import SEVERITY_STYLE
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.launch import ExitStatus, Launched
-from dsdoctor.watch.progress import StallChange, StallStatus
+from dsdoctor.watch.logpane import LogPane
+from dsdoctor.watch.logview import Match
+from dsdoctor.watch.machine import POLL_SECONDS as MACHINE_SECONDS
+from dsdoctor.watch.machine import MachineSample, ram_finding
+from dsdoctor.watch.progress import StallChange, StallStatus, TqdmTick
 from dsdoctor.watch.tailer import POLL_SECONDS, WatchState
 
 TICK_SECONDS = 1.0  # the header's "last progress Ns ago" and the stall check tick this often
-MACHINE_SECONDS = 3.0  # RAM/swap/GPU polling (NVML calls take milliseconds; not on the UI thread)
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-def progress_header(stall: StallStatus) -> str:
-    """The header's progress part: step rate, time since the last progress, the stall state."""
-    parts = []
-    if stall.steps_per_second is not None:
+def progress_header(stall: StallStatus, bar: TqdmTick | None = None) -> str:
+    """The header's progress part: the run's tqdm bar (step/total, rate, ETA) or the step rate,
+    the time since the last progress, the stall state."""
+    parts = ["POSSIBLE HANG"] if stall.stalled else []  # first: the header cuts what is long
+    if bar is not None:
+        parts.append(bar.describe())
+    elif stall.steps_per_second is not None:
         parts.append(f"{stall.steps_per_second:.2f} steps/s")
     if stall.last is not None:
         parts.append(f"last progress {stall.idle_seconds:.0f}s ago")
     else:
         parts.append(f"no progress line yet ({stall.idle_seconds:.0f}s quiet)")
-    if stall.stalled:
-        parts.append("POSSIBLE HANG")
     return " | ".join(parts)
+
+
+def finding_detail(f: Finding, red: Redactor) -> Text:
+    """A finding in full: what, why, the fix, the config key and every evidence line."""
+    text = Text()
+    text.append(f"{f.rule} {f.name} ({f.severity})\n", style=SEVERITY_STYLE.get(f.severity, ""))
+    text.append(red.text(f.title) + "\n", style="bold")
+    if f.message:
+        text.append(red.text(f.message) + "\n")
+    if f.fix:
+        text.append("fix: ", style="bold green")
+        text.append(red.text(f.fix) + "\n")
+    if f.config_path:
+        where = f" ({f.config_file}:{f.config_line})" if f.config_file and f.config_line else ""
+        text.append(f"config: {f.config_path}{where}\n", style="cyan")
+    if f.evidence:
+        text.append("evidence:\n", style="bold")
+        for ev in f.evidence:
+            text.append(f"  {ev.location}: ", style="cyan")
+            text.append(red.cut(ev.text, 200) + "\n")
+    else:
+        text.append("no log line: from the inputs (config, script, environment)\n", style="dim")
+    for ref in f.references:
+        text.append(f"see {ref}\n", style="dim")
+    return text
+
+
+def finding_key(f: Finding) -> str:
+    return f"{f.rule}:{f.name}"
 
 
 class WatchApp(App):
     """Live view of a training log."""
 
     TITLE = "dsdoctor watch"
+    ENABLE_COMMAND_PALETTE = False  # ctrl+p would cover the findings; every action has a key
     CSS = """
     #status { height: 1; padding: 0 1; }
     #machine { height: 1; padding: 0 1; color: $text-muted; }
@@ -53,15 +96,30 @@ class WatchApp(App):
     #stall { height: auto; max-height: 12; padding: 0 1; background: $error 30%; display: none; }
     #stall.stalled { display: block; }
     #stall.cleared { display: block; background: $warning 20%; }
-    #symptoms { height: 1fr; }
-    #findings { height: 1fr; border-top: solid $accent; }
-    #events { height: 8; border-top: solid $accent; }
+    #top { height: 1fr; min-height: 6; }
+    #findings { width: 1fr; border: none; }
+    #detail { width: 1fr; border-left: solid $accent; padding: 0 1; }
+    #log-title { height: 1; padding: 0 1; background: $accent 30%; }
+    #log { height: 1fr; min-height: 4; }
+    #bottom { height: 7; border-top: solid $accent; }
+    #symptoms { width: 1fr; overflow-x: hidden; }
+    #events { width: 1fr; border-left: solid $accent; overflow-x: hidden; }
+    #note { height: 1; padding: 0 1; }
+    #note.searching { display: none; }
+    #search { height: 1; border: none; padding: 0 1; display: none; }
+    #search.searching { display: block; }
     """
-    BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause/resume"),
-                Binding("c", "clear", "clear events"), Binding("r", "report", "issue report")]
+    BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause"),
+                Binding("slash", "search", "search"),
+                Binding("n", "search_next(True)", "next"),
+                Binding("N", "search_next(False)", "previous"),
+                Binding("f", "next_file", "next file"),
+                Binding("escape", "leave", "follow"),
+                Binding("c", "clear", "clear"), Binding("r", "report", "report")]
 
     def __init__(self, source: Follower, poll: float = POLL_SECONDS,
-                 launched: Launched | None = None, pid: int | None = None):
+                 launched: Launched | None = None, pid: int | None = None,
+                 machine: Callable[[], MachineSample] | None = None):
         super().__init__()
         self.tailer = source
         self.launched = launched
@@ -74,10 +132,19 @@ class WatchApp(App):
         self.last_report = ""
         self.poll_seconds = poll
         self.paused = False
+        self.machine = machine  # --env local: machine.sample_machine; None with --env none
+        self.ram_alert: Finding | None = None  # host RAM past the alert, from the machine poll
+        self.findings: list[Finding] = []  # as listed, most severe first
+        self._listed: tuple[str, ...] | None = None  # None: never listed yet
+        self._progress_text = ""
+        self._symptom_rows: list[tuple[str, str, str, str, str]] = []
+        self._search_from = 0  # the line a search starts from (n/N move it)
         self._stop = threading.Event()
         self._seen_rules: set[str] = set()
         self._seen_kinds: set[str] = set()
         self._red = Redactor()  # a token printed in the log is not shown on screen either
+        # kept here, not queried: the worker and the search thread read its files' line index
+        self.log_pane = LogPane(source.paths, self._red, id="log")
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -86,17 +153,37 @@ class WatchApp(App):
             yield Static("", id="machine")
             yield Static("", id="plots")
             yield Static("", id="stall")
-            yield DataTable(id="symptoms", zebra_stripes=True)
-            with VerticalScroll(id="findings"):
-                yield Static("", id="findings-text")
-            yield RichLog(id="events", wrap=False, markup=False, max_lines=500)
+            with Horizontal(id="top"):
+                yield OptionList(id="findings")
+                with VerticalScroll(id="detail"):
+                    yield Static("up/down: a finding in full; Enter: its evidence in the log; "
+                                 "Tab: to the log view", id="detail-text")
+            yield Static("", id="log-title")
+            yield self.log_pane
+            with Horizontal(id="bottom"):
+                yield DataTable(id="symptoms", zebra_stripes=True, cursor_type="none")
+                yield RichLog(id="events", wrap=False, markup=False, max_lines=500)
+            yield Static("", id="note")
+            # in the note's place, the same height: opening it moves nothing on the screen
+            yield Input(placeholder="search the log (Enter: keep, Esc: leave)", id="search")
         yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one("#symptoms", DataTable)
-        table.add_columns("symptom", "count", "first", "last", "ranks")
+        # fixed widths: the header is drawn once, not re-measured as rows come and go
+        for label, width in (("symptom", 21), ("count", 5), ("ranks", 6), ("first", 14),
+                             ("last", 14)):
+            table.add_column(label, width=width)
         self.sub_title = self.tailer.path
+        if self.machine is None:
+            self.query_one("#machine", Static).update("this machine: not watched (--env none)")
+        self.set_focus(self.query_one("#findings", OptionList))
+        self._refresh_log()
         threading.Thread(target=self._worker, daemon=True, name="dsdoctor-tail").start()
+
+    def say(self, message: str, style: str = "") -> None:
+        """A message on its own line (never a toast over the findings)."""
+        self.query_one("#note", Static).update(Text(self._red.text(message), style=style))
 
     def _worker(self) -> None:
         last_eval = 0.0
@@ -107,9 +194,9 @@ class WatchApp(App):
             now = time.monotonic()
             if not self.paused and now - last_tick >= TICK_SECONDS:
                 last_tick = now
-                if now - last_machine >= MACHINE_SECONDS:
+                if self.machine is not None and now - last_machine >= MACHINE_SECONDS:
                     last_machine = now
-                    self._poll_machine()
+                    self._poll_machine(self.machine)
                 changes = self.tailer.take_changes()
                 for change in changes:
                     self._on_stall_change(change)
@@ -117,7 +204,8 @@ class WatchApp(App):
                     self.exit_status = self.launched.poll()
                 # the series are read here, in the worker that appends to them
                 plots = self.tailer.series.lines(self.tailer.stall.intervals())
-                self.call_from_thread(self._apply_progress, self.tailer.stall.status(), plots)
+                self.call_from_thread(self._apply_progress, self.tailer.stall.status(), plots,
+                                      self.tailer.bar)
             if not self.paused:
                 try:
                     read = self.tailer.poll()
@@ -127,20 +215,27 @@ class WatchApp(App):
                 dirty |= read
                 now = time.monotonic()
                 if dirty and now - last_eval >= self.poll_seconds:
+                    for log in self.log_pane.logs:
+                        log.refresh()  # the log view's line index, extended off the UI thread
                     state = self.tailer.snapshot()
                     events = self.tailer.take_events()
                     self.call_from_thread(self._apply, state, events)
                     last_eval, dirty = now, read
             self._stop.wait(0.05 if dirty else self.poll_seconds)
 
-    def _poll_machine(self) -> None:
-        from dsdoctor.watch.machine import sample_machine  # noqa: PLC0415
-
+    def _poll_machine(self, sample_machine: Callable[[], MachineSample]) -> None:
+        """Worker thread: RAM, swap, GPUs; RAM past the alert becomes a finding."""
         try:
-            text = sample_machine().describe()
+            sample = sample_machine()
+            text, alert = sample.describe(), ram_finding(sample)
         except Exception as exc:  # noqa: BLE001 - the machine view is a help, never fatal
-            text = f"this machine: cannot read memory ({exc})"
-        self.call_from_thread(self.query_one("#machine", Static).update, text)
+            text, alert = f"this machine: cannot read memory ({exc})", None
+        self.call_from_thread(self._apply_machine, text, alert)
+
+    def _apply_machine(self, text: str, alert: Finding | None) -> None:
+        self.query_one("#machine", Static).update(Text(text, style="bold red" if alert else ""))
+        self.ram_alert = alert
+        self._list_findings(self.tailer.state.findings)  # a no-op when nothing changed
 
     def _on_stall_change(self, change: StallChange) -> None:
         """Worker thread: on a stall, dump the ranks' stacks (seconds of py-spy, off the UI)."""
@@ -157,11 +252,11 @@ class WatchApp(App):
 
             self.stack_lines = tuple(rank_stack_lines(self.root_pid))
 
-    def _apply_progress(self, stall: StallStatus, plots: list[str]) -> None:
+    def _apply_progress(self, stall: StallStatus, plots: list[str],
+                        bar: TqdmTick | None = None) -> None:
         self.query_one("#plots", Static).update(Text("\n".join(plots), style="cyan"))
-        self.sub_title = f"{self.tailer.path} | {progress_header(stall)}"
-        if self.exit_status is not None:
-            self.sub_title += f" | command ended: {self.exit_status.describe()}"
+        self._progress_text = progress_header(stall, bar)
+        self._set_sub_title()
         banner = self.query_one("#stall", Static)
         banner.set_class(stall.stalled, "stalled")
         banner.set_class(not stall.stalled and bool(self.stall_text), "cleared")
@@ -176,6 +271,16 @@ class WatchApp(App):
             text.append("\n" + self._red.text(line))
         banner.update(text)
 
+    def _set_sub_title(self) -> None:
+        """The header: PAUSED first (the header cuts what is too long), the files, progress."""
+        parts = ["PAUSED"] if self.paused else []
+        parts.append(self.tailer.path)
+        if self._progress_text:
+            parts.append(self._progress_text)
+        if self.exit_status is not None:
+            parts.append(f"command ended: {self.exit_status.describe()}")
+        self.sub_title = " | ".join(parts)
+
     def _show_error(self, msg: str) -> None:
         self.query_one("#status", Static).update(Text(msg, style="red"))
 
@@ -189,40 +294,176 @@ class WatchApp(App):
         if state.error:
             status.append(f"  {state.error}", style="red")
         self.query_one("#status", Static).update(status)
-        table = self.query_one("#symptoms", DataTable)
-        table.clear()
-        for s in state.symptoms:
-            table.add_row(s.kind, str(s.count), s.first.location, s.last.location,
-                          ",".join(map(str, s.ranks)) or "-")
-        # findings: re-rendered as one block, so it wraps to the pane whatever its width
-        block = Text()
+        rows = [(s.kind, str(s.count), ",".join(map(str, s.ranks)) or "-", self._where(s.first),
+                 self._where(s.last)) for s in state.symptoms]
+        if rows != self._symptom_rows:  # redrawn only when it changed (no flicker, no cost)
+            self._symptom_rows = rows
+            table = self.query_one("#symptoms", DataTable)
+            table.clear()
+            for row in rows:
+                table.add_row(*row)
         for f in state.findings:
             if f.rule not in self._seen_rules:
                 self._seen_rules.add(f.rule)
                 if f.severity == "error":
                     self.bell()
-                    self.notify(f"{f.rule}: {self._red.text(f.title)}", severity="error",
-                                timeout=8)
-            block.append(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
-            block.append(f"{f.rule} {f.name}: ", style="bold")
-            block.append(self._red.text(f.title) + "\n")
-            if f.fix:
-                block.append("  fix: ", style="bold green")
-                block.append(self._red.text(f.fix) + "\n")
-        self.query_one("#findings-text", Static).update(block)
+                    self.say(f"new error: {f.rule} {f.title}", style="bold red")
+        self._list_findings(state.findings)
+        self._refresh_log()
         ev_log = self.query_one("#events", RichLog)
         for kind, ev, _ in events[-200:]:
             new = kind not in self._seen_kinds
             self._seen_kinds.add(kind)
-            ev_log.write(Text(f"{ev.location} {kind}: {self._red.cut(ev.text, 200)}",
-                              style="bold" if new else "dim"))
+            # cut to the pane (no sideways scrolling): the line is in the log view in full
+            ev_log.write(Text(f"{self._where(ev)} {kind}: {self._red.cut(ev.text, 200)}",
+                              style="bold" if new else "dim", no_wrap=True, overflow="ellipsis"),
+                         shrink=True)
+
+    def _where(self, ev: Evidence) -> str:
+        """file:line with the file's name only when the followed files' names differ (the
+        panes are narrow; the log view's title and the finding's detail say the full path)."""
+        names = {os.path.basename(p) for p in self.tailer.paths}
+        if len(names) == len(self.tailer.paths):
+            return f"{os.path.basename(ev.file)}:{ev.line}"
+        return ev.location
+
+    def _list_findings(self, findings: tuple[Finding, ...]) -> None:
+        """The findings list, most severe first; rebuilt only when it changes, keeping the
+        selected one selected."""
+        shown = list(findings) + ([self.ram_alert] if self.ram_alert is not None else [])
+        shown.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+        keys = tuple(finding_key(f) + f.title for f in shown)
+        self.findings = shown
+        if keys == self._listed:
+            return
+        if not shown:
+            self.query_one("#detail-text", Static).update(
+                "no findings: the rules found nothing to say in what was read so far")
+        elif not self._listed:
+            self.query_one("#detail-text", Static).update(
+                "up/down: a finding in full; Enter: its evidence in the log; Tab: to the log view")
+        self._listed = keys
+        options = self.query_one("#findings", OptionList)
+        selected = options.highlighted_option.id if options.highlighted_option else None
+        options.clear_options()
+        for f in shown:
+            prompt = Text(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
+            prompt.append(f"{f.rule} {f.name}: ", style="bold")
+            prompt.append(self._red.text(f.title))
+            options.add_option(Option(prompt, id=finding_key(f)))
+        if selected is not None:
+            for i, f in enumerate(shown):
+                if finding_key(f) == selected:
+                    options.highlighted = i
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        """Moving in the list shows the finding in full; the log view keeps following."""
+        if event.option_list.id == "findings" and event.option.id is not None:
+            self.select_finding(event.option.id, jump=False)
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        """Enter (or a click) on a finding: the log view jumps to its evidence."""
+        if event.option_list.id == "findings" and event.option.id is not None:
+            self.select_finding(event.option.id)
+
+    def select_finding(self, key: str, jump: bool = True) -> None:
+        """Show the finding in full and (``jump``) hold the log view at its first evidence line,
+        all its evidence lines in that file marked."""
+        finding = next((f for f in self.findings if finding_key(f) == key), None)
+        if finding is None:
+            return
+        self.query_one("#detail-text", Static).update(finding_detail(finding, self._red))
+        if not jump or not finding.evidence:
+            return
+        first = finding.evidence[0]
+        marks = frozenset(ev.line for ev in finding.evidence if ev.file == first.file)
+        if not self.log_pane.show_at(first.file, first.line, marks, f"{finding.rule} evidence"):
+            self.say(f"{first.file} is not followed here: its line {first.line} cannot be shown")
+        self._refresh_log_title()
+
+    def _refresh_log(self) -> None:
+        self.log_pane.redraw()
+        self._refresh_log_title()
+
+    def _refresh_log_title(self) -> None:
+        self.query_one("#log-title", Static).update(Text(self._red.text(self.log_pane.title())))
+
+    # --- search ---------------------------------------------------------------------------
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.add_class("searching")
+        self.query_one("#note", Static).add_class("searching")
+        view = self.log_pane.view
+        # from the line in view (or the first line): incremental search moves forward from there
+        self._search_from = view.anchor if view.anchor is not None else 0
+        box.value = view.query
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "search":
+            self._search(event.value, self._search_from, True)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "search":
+            event.input.remove_class("searching")
+            self.query_one("#note", Static).remove_class("searching")
+            self.set_focus(self.log_pane)
+
+    def action_search_next(self, forward: bool) -> None:
+        view = self.log_pane.view
+        if not view.query:
+            self.say("no search yet: / then the text")
+            return
+        here = view.match.line if view.match else (view.anchor or 0)
+        self._search_from = here
+        self._search(view.query, here, forward)
+
+    @work(thread=True, exclusive=True, group="search")
+    def _search(self, query: str, after: int, forward: bool) -> None:
+        """Off the UI thread: a log of gigabytes is searched in blocks."""
+        file = self.log_pane.view.file
+        log = self.log_pane.logs[file]
+        match = log.search(query, after, forward) if query else None
+        self.call_from_thread(self._apply_search, query, match, file)
+
+    def _apply_search(self, query: str, match: Match | None, file: int) -> None:
+        if file != self.log_pane.view.file:
+            return  # the view moved to another log meanwhile (f, or a finding's evidence)
+        self.log_pane.set_match(query, match)
+        self._refresh_log_title()
+
+    def action_leave(self) -> None:
+        """Esc: leave the search box, or the held view: back to following the end."""
+        box = self.query_one("#search", Input)
+        if box.has_class("searching"):
+            box.remove_class("searching")
+            self.query_one("#note", Static).remove_class("searching")
+            box.value = ""
+        self.log_pane.follow()
+        self.set_focus(self.log_pane)
+        self._refresh_log_title()
+
+    def action_next_file(self) -> None:
+        self.log_pane.next_file()
+        self._refresh_log_title()
 
     def action_pause(self) -> None:
+        """p: stop reading the logs (the view keeps what it has), p again: read on."""
         self.paused = not self.paused
+        if self.paused:
+            self.say("paused: the logs are not read until p is pressed again", style="yellow")
+        else:
+            self.say("resumed reading the logs")
+        state = self.tailer.state
+        status = Text(f"{state.lines:,} lines, {state.bytes / 2**20:.1f} MiB read")
+        if self.paused:
+            status.append("  [paused]", style="yellow")
+        self.query_one("#status", Static).update(status)
+        self._set_sub_title()
 
     def action_report(self) -> None:
         """Write the issue report of what was seen so far (dsdoctor report, in a thread)."""
-        self.notify("writing the issue report...", timeout=3)
+        self.say("writing the issue report...")
         threading.Thread(target=self._write_report, daemon=True, name="dsdoctor-report").start()
 
     def _write_report(self) -> None:
@@ -231,8 +472,7 @@ class WatchApp(App):
         ok, message = write_issue_report(self.tailer.paths, self.tailer.inputs,
                                          self.report_path)
         self.last_report = message
-        self.call_from_thread(self.notify, message, severity="information" if ok else "error",
-                              timeout=10)
+        self.call_from_thread(self.say, message, "" if ok else "bold red")
 
     def action_clear(self) -> None:
         self.query_one("#events", RichLog).clear()

@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import FileSummary, Scanner
 from dsdoctor.model import Evidence
-from dsdoctor.watch.progress import FLOOR_SECONDS, StallChange, StallDetector
+from dsdoctor.watch.progress import (
+    FLOOR_SECONDS,
+    BarTracker,
+    StallChange,
+    StallDetector,
+    TqdmTick,
+)
 from dsdoctor.watch.series import LiveSeries
 from dsdoctor.watch.tailer import Tailer, WatchState, watch_state
 
@@ -34,8 +40,10 @@ class Follower:
         self._changes: list[StallChange] = []
         self.series = LiveSeries()
         self._lock = threading.Lock()
+        self.bars = BarTracker()  # the run's tqdm bar: current step/total, rate and ETA
         for t in self.tailers:
             t.on_progress = self._on_progress
+            t.on_tick = self._on_tick
         self.state = WatchState()
 
     @property
@@ -46,6 +54,20 @@ class Follower:
         step = values.get("step")
         self.series.add(values)
         change = self.stall.progress(ev.location, ev.text, step if isinstance(step, int) else None)
+        if change:
+            with self._lock:
+                self._changes.append(change)
+
+    @property
+    def bar(self) -> TqdmTick | None:
+        """The last tick of the run's tqdm bar, if it has one."""
+        return self.bars.main
+
+    def _on_tick(self, location: str, tick: TqdmTick) -> None:
+        if self.bars.is_step(tick):
+            change = self.stall.progress(location, tick.text, tick.n)
+        else:
+            change = self.stall.busy()
         if change:
             with self._lock:
                 self._changes.append(change)

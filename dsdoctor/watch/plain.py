@@ -14,6 +14,8 @@ from dsdoctor.redact import Redactor
 from dsdoctor.safeio import one_line
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.launch import ExitStatus, Launched
+from dsdoctor.watch.machine import POLL_SECONDS as MACHINE_SECONDS
+from dsdoctor.watch.machine import MachineSample, ram_finding
 from dsdoctor.watch.progress import StallChange
 
 Say = Callable[[str], None]
@@ -42,7 +44,8 @@ class PlainWatch:
 
     def __init__(self, follower: Follower, cmd: Sequence[str] = (),
                  exit_on_idle: float | None = None, launched: Launched | None = None,
-                 pid: int | None = None, out: Say | None = None):
+                 pid: int | None = None, out: Say | None = None,
+                 machine: Callable[[], MachineSample] | None = None):
         self.follower = follower
         self.cmd = tuple(cmd)
         self.exit_on_idle = exit_on_idle
@@ -53,6 +56,11 @@ class PlainWatch:
         self.seen: set[str] = set()
         self.shown_errors: dict[str, str] = {}
         self.worst = 0
+        # --env local: the machine's sampler (machine.sample_machine); RAM past the alert is
+        # said, since it is the evidence before a -9
+        self.machine = machine
+        self._machine_at = 0.0
+        self._ram_alert = False
 
     def report(self) -> None:
         events = self.follower.take_events()
@@ -80,6 +88,25 @@ class PlainWatch:
                                                     + (f" -- fix: {f.fix}" if f.fix else ""))))
         for change in self.follower.take_changes():
             self.stall_changed(change)
+
+    def check_machine(self, now: float) -> None:
+        """Every MACHINE_SECONDS: host RAM past the alert is said once per crossing."""
+        if self.machine is None or now - self._machine_at < MACHINE_SECONDS:
+            return
+        self._machine_at = now
+        try:
+            sample = self.machine()
+        except Exception as exc:  # noqa: BLE001 - the machine view is a help, never fatal
+            print(f"dsdoctor: warning: cannot read this machine's memory ({exc}); "
+                  "'--env none' stops trying", file=sys.stderr, flush=True)
+            self.machine = None
+            return
+        finding = ram_finding(sample)
+        if finding is not None and not self._ram_alert:
+            self.say(f"{finding.severity}: {finding.rule} {finding.name}: {finding.title}")
+        elif finding is None and self._ram_alert:
+            self.say(f"host RAM back under the alert: {sample.describe()}")
+        self._ram_alert = finding is not None
 
     def stall_changed(self, change: StallChange) -> None:
         if change.kind == "resumed":
@@ -121,6 +148,7 @@ class PlainWatch:
                 if read:
                     idle_since = time.monotonic()
                 self.report()
+                self.check_machine(time.monotonic())
                 if self.launched is not None:
                     status = self.launched.poll()
                     if status is not None:

@@ -19,6 +19,7 @@ from dsdoctor.logs.scan import Scanner, ScanResult, TailScanner
 from dsdoctor.model import Evidence, Finding
 from dsdoctor.render.analysis import timeline_summary
 from dsdoctor.safeio import one_line
+from dsdoctor.watch.progress import TICK_CARRY_BYTES, TqdmTick, find_ticks
 
 POLL_SECONDS = 0.5
 READ_BYTES = 4 << 20
@@ -68,6 +69,10 @@ class Tailer:
         self.events: list[tuple[str, Evidence, dict]] = []
         # hook for watch/follow.py: timeline events are progress (stall detection)
         self.on_progress: Callable[[Evidence, dict], None] | None = None
+        # and tqdm ticks, found in the raw bytes (a bar without a loss has no format pattern)
+        self.on_tick: Callable[[str, TqdmTick], None] | None = None
+        self._newlines = 0  # line ends fed so far: the line number of a tick
+        self._carry = b""  # the unfinished end of the last chunk (no line end in it)
         self._lock = threading.Lock()
         self._fh: BinaryIO | None = None
         self._ino: tuple[int, int] | None = None
@@ -86,6 +91,19 @@ class Tailer:
     def _new_scanner(self, scanner: Scanner | None = None) -> None:
         self._scanner = scanner or Scanner(engine=self.inputs.engine)
         self.tail = TailScanner(self.path, self._scanner, on_event=self._on_event)
+
+    def _feed(self, data: bytes) -> None:
+        self.tail.feed(data)
+        if self.on_tick is not None:
+            buf = self._carry + data
+            ticks = find_ticks(buf)
+            end = ticks[-1][0] + len(ticks[-1][1].text) if ticks else 0
+            for offset, tick in ticks:
+                line = self._newlines + buf.count(b"\n", 0, offset) + 1
+                self.on_tick(f"{self.path}:{line}", tick)
+            cut = max(end, buf.rfind(b"\n") + 1, len(buf) - TICK_CARRY_BYTES)
+            self._carry = buf[cut:]
+        self._newlines += data.count(b"\n")
 
     def _on_event(self, kind: str, ev: Evidence, values: dict) -> None:
         if kind == "timeline" and self.on_progress is not None:
@@ -143,6 +161,7 @@ class Tailer:
         self.notes.append(note)
         self._pos = 0
         self._head = b""
+        self._newlines, self._carry = 0, b""
         # the symptoms seen so far stay (same Scanner); line numbers start again at 1
         self._new_scanner(self._scanner)
 
@@ -179,14 +198,14 @@ class Tailer:
             lost = self._rotated_copy_tail()
             if lost:
                 self._pos += len(lost)
-                self.tail.feed(lost)
+                self._feed(lost)
             self._restart(f"{self.path}: truncated (copytruncate); following it from its start")
             self._fh.seek(0)
             return True
         data = self._read_some()
         if data:
             self._pos += len(data)
-            self.tail.feed(data)
+            self._feed(data)
             return True
         # At the end of the open file: has the path moved on to another file, or been truncated?
         try:
@@ -204,7 +223,7 @@ class Tailer:
             # rename rotation or delete-and-recreate: read the old file to its very end first
             while data := self._read_some():
                 self._pos += len(data)
-                self.tail.feed(data)
+                self._feed(data)
             self._restart(f"{self.path}: a new file appeared (rotation); following it from its start")
             self._fh.close()
             self._fh = None
