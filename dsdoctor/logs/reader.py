@@ -54,6 +54,8 @@ _RANK_PREFIXES = (
     # pdsh / deepspeed multi-node host prefix ("node-12: ", "gpu001: "): a host name with a digit.
     re.compile(r"^(?P<host>[a-z][a-z0-9-]*[0-9][a-z0-9.-]*):[ \t]"),
 )
+# Could any quote marker or prefix above start this text? One match instead of six per segment.
+_ANY_PREFIX_RE = re.compile(r"[ \t]{0,3}>|\[(?:rank|default|\d)|\d{1,5}:[ \t]|[a-z][a-z0-9.-]*:[ \t]")
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
@@ -87,7 +89,7 @@ def normalize(raw: bytes) -> Segment:
     rank: int | None = None
     host: str | None = None
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
-    for _ in range(4):
+    for _ in range(4 if _ANY_PREFIX_RE.match(text) else 0):
         before = text
         m = _QUOTE_RE.match(text)
         if m and m.end():
