@@ -27,8 +27,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -246,7 +246,13 @@ def main() -> int:
     ap.add_argument("--label", default="", help="stored with the results (e.g. before/after)")
     ap.add_argument("--code", help="run the dsdoctor package found in this directory (e.g. an "
                     "export of an older commit) instead of the installed one")
+    ap.add_argument("--write", nargs=3, metavar=("NAME", "FRACTION", "PATH"),
+                    help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.write:
+        name, frac, path = a.write
+        CLIFFS[name][1](Path(path), float(frac))
+        return 0
     CLIFF_DIR.mkdir(parents=True, exist_ok=True)
     exe = [sys.executable, "-m", "dsdoctor"]
     env = dict(os.environ)
@@ -254,13 +260,16 @@ def main() -> int:
         env["PYTHONPATH"] = os.path.abspath(a.code)
     rows = []
     for name in a.only.split(","):
-        suffix, writer, build, per_format = CLIFFS[name]
+        suffix, _writer, build, per_format = CLIFFS[name]
         formats = a.formats.split(",") if per_format else ["markdown"]
         paths = {}
         for size, frac in (("full", a.scale), ("half", a.scale / 2)):
             p = CLIFF_DIR / f"{name}-{frac:g}{suffix}"
             if not p.exists():
-                writer(p, frac)
+                # in a child: a forked child inherits this process's peak RSS (Linux keeps
+                # ru_maxrss across exec), so the parent must stay small for the RSS figures
+                subprocess.run([sys.executable, __file__, "--write", name, str(frac), str(p)],
+                               check=True)
             paths[size] = p
         for fmt in formats:
             res = {}

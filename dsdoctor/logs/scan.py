@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dsdoctor.errors import UsageError
-from dsdoctor.logs.aggregate import (  # noqa: F401 - evidence_text, EVIDENCE_CHARS re-exported
-    EVIDENCE_CHARS, FactCollector, SymptomAggregator, Timeline, evidence_text, finished)
+from dsdoctor.logs.aggregate import EVIDENCE_CHARS, FactCollector, SymptomAggregator, Timeline, evidence_text, finished  # noqa: F401 - evidence_text, EVIDENCE_CHARS re-exported
 from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
