@@ -208,3 +208,34 @@ def test_aggregator_keeps_constant_memory(n: int) -> None:
         return top
 
     assert peak(2 * n) < 1.5 * peak(n) + 64_000
+
+
+def test_report_excerpt_reads_only_the_lookback_window(tmp_path: Path, monkeypatch) -> None:
+    from dsdoctor.render import issue_log
+
+    # torch.OutOfMemoryError as printed by torch 2.x (sample_logs/gpu_cuda_oom)
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+           "total capacity of 79.15 GiB of which 1.06 GiB is free.")
+    noise = "[rank1]:node-0:12001:12401 [1] NCCL INFO Channel 03/0 : 1[1] -> 2[2] via P2P/IPC/read"
+    real = issue_log._iter_raw
+    yielded = {"n": 0}
+
+    def spy(path: str, start: int = 1):
+        for item in real(path, start):
+            yielded["n"] += 1
+            yield item
+
+    monkeypatch.setattr(issue_log, "_iter_raw", spy)
+    seen = []
+    for n in (20_000, 40_000):
+        path = _write(tmp_path / f"r{n}.log", [noise] * (n - 1) + [oom])
+        yielded["n"] = 0
+        ex = issue_log.first_error_excerpt([path], anchor=(path, n))
+        assert ex is not None and ex.error_line == n and "OutOfMemoryError" in ex.error
+        seen.append(yielded["n"])
+        # the same excerpt as reading every line
+        monkeypatch.setattr(issue_log, "_iter_raw", lambda p, start=1: real(p, 1))
+        assert issue_log.first_error_excerpt([path], anchor=(path, n)) == ex
+        monkeypatch.setattr(issue_log, "_iter_raw", spy)
+    # before: every line of the log went through the line reader (20,000 then 40,000)
+    assert seen[0] == seen[1] <= issue_log._LOOKBACK + 1

@@ -102,7 +102,7 @@ def _read_braced_block(path: str, line: int) -> str | None:
     out: list[str] = []
     depth = 0
     started = False
-    for n, raw in _iter_raw(path):
+    for n, raw in _iter_raw(path, line):
         if n < line:
             continue
         text = normalize_display(raw)
