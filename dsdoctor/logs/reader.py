@@ -55,7 +55,8 @@ _RANK_PREFIXES = (
     re.compile(r"^(?P<host>[a-z][a-z0-9-]*[0-9][a-z0-9.-]*):[ \t]"),
 )
 # Could any quote marker or prefix above start this text? One match instead of six per segment.
-_ANY_PREFIX_RE = re.compile(r"[ \t]{0,3}>|\[(?:rank|default|\d)|\d{1,5}:[ \t]|[a-z][a-z0-9.-]*:[ \t]")
+_ANY_PREFIX_RE = re.compile(
+    r"[ \t]{0,3}>|\[(?:rank\d|default\d|\d+,\d+\]<std)|\d{1,5}:[ \t]|[a-z][a-z0-9.-]*:[ \t]")
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")

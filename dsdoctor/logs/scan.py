@@ -16,7 +16,7 @@ from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import EVIDENCE_CHARS, FactCollector, SymptomAggregator, Timeline, evidence_text, finished  # noqa: F401 - evidence_text, EVIDENCE_CHARS re-exported
 from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
-from dsdoctor.logs.reader import normalize, open_log, rank_from_filename
+from dsdoctor.logs.reader import Segment, normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 
 #: A scan's progress: (file name, bytes read so far, its size or None when unknown).
@@ -182,6 +182,7 @@ class Scanner:
         # hits and timeline samples in one pass of newline counting
         items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
+        last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
         for off, idx, *rest in items:
             if rest:  # a sampled timeline point: (offset, pattern index, segment, values)
                 seg, values = rest
@@ -205,7 +206,11 @@ class Scanner:
             if seg_end - seg_start < line_end - line_start and self._over_line_cap(
                     name, line, pat.id, buf, line_start, seg_start, seg_end, line_end):
                 continue
-            seg = normalize(bytes(buf[seg_start:seg_end]))
+            if last_seg is not None and last_seg[0] == seg_start and last_seg[1] == seg_end:
+                seg = last_seg[2]
+            else:
+                seg = normalize(bytes(buf[seg_start:seg_end]))
+                last_seg = (seg_start, seg_end, seg)
             following: list[str] = []
             if pat.join_next:
                 following = _next_lines(buf, line_end, pat.join_next, have)
