@@ -239,3 +239,47 @@ def test_report_excerpt_reads_only_the_lookback_window(tmp_path: Path, monkeypat
         monkeypatch.setattr(issue_log, "_iter_raw", spy)
     # before: every line of the log went through the line reader (20,000 then 40,000)
     assert seen[0] == seen[1] <= issue_log._LOOKBACK + 1
+
+
+def test_report_quotes_a_huge_config_in_part_redacted_once(tmp_path: Path, monkeypatch) -> None:
+    from dsdoctor.redact.redactor import Redactor
+    from dsdoctor.render import issue_asks
+
+    redacted = {"chars": 0}
+    real = Redactor.text
+
+    def spy(self, text: str) -> str:
+        redacted["chars"] += len(text)
+        return real(self, text)
+
+    monkeypatch.setattr(Redactor, "text", spy)
+    token = "hf_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z"  # a Hugging Face token's shape
+    seen = []
+    for n in (20_000, 40_000):
+        cfg = {"train_micro_batch_size_per_gpu": 4, "hub_token": token,
+               "data": [[i, i * 0.5] for i in range(n)]}
+        p = tmp_path / f"big{n}.json"
+        p.write_text(json.dumps(cfg, indent=1))
+        total_lines = p.read_text().count("\n") + 1
+        redacted["chars"] = 0
+        quoted = issue_asks.read_config(str(p), Redactor())
+        seen.append(redacted["chars"])
+        body = quoted.text.splitlines()
+        assert len(body) == issue_asks.MAX_QUOTED_CONFIG_LINES + 1
+        assert body[-1] == (f"// dsdoctor: the first {issue_asks.MAX_QUOTED_CONFIG_LINES:,} of "
+                            f"{total_lines:,} lines ({len(p.read_text()):,} characters) are "
+                            "quoted; attach the file for the rest")
+        assert token not in quoted.text and '"train_micro_batch_size_per_gpu": 4' in quoted.text
+    # before: the whole file was redacted (and quoted); now the quoted part and a margin
+    assert seen[0] == seen[1] < 200_000
+
+
+def test_small_config_is_quoted_whole(tmp_path: Path) -> None:
+    from dsdoctor.redact.redactor import Redactor
+    from dsdoctor.render import issue_asks
+
+    p = tmp_path / "ds.json"
+    text = json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}},
+                      indent=2)
+    p.write_text(text)
+    assert issue_asks.read_config(str(p), Redactor()).text == text

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+from array import array
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in typeshed
 from typing import Any
@@ -156,9 +157,11 @@ _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _WS_COMMENTS = re.compile(r"(?:\s+|//[^\n]*|#[^\n]*|/\*.*?\*/)*", re.S)
 _NEWLINE = re.compile("\n")
 _WS_START = frozenset(" \t\r\n/#\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0")  # what may begin _WS_COMMENTS
-# Positions kept per array: the first elements (an array of a million numbers is data, not
-# settings; a later element is located at its array's key, see ConfigDoc.locate).
+# Positions kept of array elements: the first ones of each array, and so many per file (an
+# array of a million numbers, or of rows, is data, not settings; an element without a position
+# is located at its array's key, see ConfigDoc.locate). Object keys always keep theirs.
 MAX_ARRAY_POSITIONS = 100
+MAX_ARRAY_POSITIONS_PER_FILE = 10_000
 _LITERALS = {"true": True, "false": False, "null": None,
              "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
@@ -171,7 +174,8 @@ class _JsonParser:
         self.file = file
         self.positions: dict[str, KeyPos] = {}
         self.duplicates: list[Duplicate] = []
-        self._nl = [m.start() for m in _NEWLINE.finditer(text)]
+        self._nl = array("q", (m.start() for m in _NEWLINE.finditer(text)))  # 8 bytes a line
+        self._array_positions = 0
 
     def pos(self, offset: int) -> KeyPos:
         line = bisect.bisect_left(self._nl, offset)
@@ -270,7 +274,9 @@ class _JsonParser:
             if i < len(self.text) and self.text[i] == "]":  # trailing comma
                 return out, i + 1
             ipath = join_path(path, len(out))
-            if len(out) < MAX_ARRAY_POSITIONS:
+            if len(out) < MAX_ARRAY_POSITIONS \
+                    and self._array_positions < MAX_ARRAY_POSITIONS_PER_FILE:
+                self._array_positions += 1
                 self.positions[ipath] = self.pos(i)
             value, i = self.value(i, ipath, depth + 1)
             out.append(value)

@@ -195,17 +195,19 @@ class Scanner:
                 continue
             line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
             cur_line = (line_start, line_end)
-            key = (seg_start, idx)
-            if key in seen:
-                continue
-            seen.add(key)
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
             pat = patterns[idx]
+            key = (seg_start, idx)
+            if key in seen:
+                continue
+            # before adding to the seen set: a capped huge line must not fill it with a
+            # million keys
             if seg_end - seg_start < line_end - line_start and self._over_line_cap(
                     name, line, pat.id, buf, line_start, seg_start, seg_end, line_end):
                 continue
+            seen.add(key)
             if last_seg is not None and last_seg[0] == seg_start and last_seg[1] == seg_end:
                 seg = last_seg[2]
             else:
