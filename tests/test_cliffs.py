@@ -283,3 +283,62 @@ def test_small_config_is_quoted_whole(tmp_path: Path) -> None:
                       indent=2)
     p.write_text(text)
     assert issue_asks.read_config(str(p), Redactor()).text == text
+
+
+_SCRIPT_HEAD = '''import torch
+from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+DTYPE = torch.float16
+'''
+_SCRIPT_BLOCK = '''
+
+def preprocess_{i}(batch, tokenizer=None):
+    """Tokenize one shard ({i})."""
+    out = tokenizer([t.strip() for t in batch["text"] if t], truncation=True)
+    return out
+'''
+_SCRIPT_TAIL = '''
+model = AutoModelForCausalLM.from_pretrained("meta-llama/Llama-2-7b-hf", torch_dtype=DTYPE)
+args = TrainingArguments(output_dir="out", bf16=True, deepspeed="ds_config.json")
+trainer = Trainer(model=model, args=args)
+'''
+
+
+def _script(blocks: int, middle: str = "") -> str:
+    body = "".join(_SCRIPT_BLOCK.format(i=i) for i in range(blocks))
+    return _SCRIPT_HEAD + body + middle + body.replace("preprocess_", "again_") + _SCRIPT_TAIL
+
+
+def test_big_script_is_analyzed_in_pieces_with_the_same_facts(monkeypatch) -> None:
+    import tracemalloc
+
+    from dsdoctor.facts import scriptcheck
+
+    monkeypatch.setattr(scriptcheck, "_CHUNK_CHARS", 4096)
+    monkeypatch.setattr(scriptcheck, "CHUNKED_SOURCE_BYTES", 10_000)
+    src = _script(400)
+    tracemalloc.start()
+    chunked = scriptcheck.check_source(src, "train.py")
+    _, peak_chunked = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert chunked.dtypes and chunked.from_pretrained[0].line == src.count("\n") - 2
+    monkeypatch.setattr(scriptcheck, "CHUNKED_SOURCE_BYTES", 1 << 40)
+    tracemalloc.start()
+    whole = scriptcheck.check_source(src, "train.py")
+    _, peak_whole = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert chunked == whole
+    assert peak_chunked < peak_whole / 3  # one piece's tree alive at a time
+
+
+def test_a_cut_inside_a_string_falls_back_to_the_whole_parse(monkeypatch) -> None:
+    from dsdoctor.facts import scriptcheck
+
+    monkeypatch.setattr(scriptcheck, "_CHUNK_CHARS", 4096)
+    monkeypatch.setattr(scriptcheck, "CHUNKED_SOURCE_BYTES", 10_000)
+    middle = 'NOTES = """\n' + "".join(f"line_{i} = {i}\n" for i in range(2000)) + '"""\n'
+    src = _script(100, middle)
+    assert scriptcheck._check_in_chunks(src, "train.py") is None  # a piece is not Python
+    facts = scriptcheck.check_source(src, "train.py")
+    monkeypatch.setattr(scriptcheck, "CHUNKED_SOURCE_BYTES", 1 << 40)
+    assert facts == scriptcheck.check_source(src, "train.py")
