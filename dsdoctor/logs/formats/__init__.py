@@ -84,7 +84,17 @@ class Pattern:
             raw = groups[pos]
             if raw is None:
                 continue
-            val = convert(raw, typ)
+            try:  # the common case first: plain digits (convert() gives the same value)
+                if typ == "float":
+                    val = float(raw)
+                    if val != val:
+                        val = math.nan
+                elif typ == "int":
+                    val = int(raw)
+                else:
+                    val = convert(raw, typ)
+            except ValueError:
+                val = convert(raw, typ)  # "1,024" and the like
             if val is not None:
                 out[name] = val
         return out
