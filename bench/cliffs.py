@@ -17,6 +17,7 @@ Inputs (every log line copies a real format, see the comments at each template):
   manykeys   a DeepSpeed JSON config with 10,000 keys (most of them unknown to DeepSpeed)
   script     a 7 MB Python training script (HF Trainer + DeepSpeed lines, repeated blocks)
   report10m  `dsdoctor report` on a 10M-line log (NCCL INFO noise, step lines, one OOM at the end)
+  reportconfig  `dsdoctor report --config` on the 16.5 MB config of bigconfig (quoted in the body)
 """
 
 from __future__ import annotations
@@ -196,6 +197,10 @@ def _report(p: Path, fmt: str) -> list[str]:
     return ["report", str(p), "--force", "--quiet"]
 
 
+def _report_config(p: Path, fmt: str) -> list[str]:
+    return ["report", "--config", str(p), "--force", "--quiet"]
+
+
 CLIFFS: dict[str, tuple[str, Callable[[Path, float], None], Cmd, bool]] = {
     "overflow": (".log", write_overflow, _analyze_log, True),
     "longline": (".log", write_longline, _analyze_log, True),
@@ -203,6 +208,7 @@ CLIFFS: dict[str, tuple[str, Callable[[Path, float], None], Cmd, bool]] = {
     "manykeys": (".json", write_manykeys, _analyze_config, True),
     "script": (".py", write_script, _analyze_script, True),
     "report10m": (".log", write_report10m, _report, False),
+    "reportconfig": (".json", write_bigconfig, _report_config, False),
 }
 
 
