@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dsdoctor.errors import UsageError
-from dsdoctor.logs.aggregate import EVIDENCE_CHARS, FactCollector, SymptomAggregator, Timeline, evidence_text, finished  # noqa: F401 - evidence_text, EVIDENCE_CHARS re-exported
+from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, finished
 from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import Segment, normalize, open_log, rank_from_filename
@@ -32,6 +32,8 @@ TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; ab
 TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte offset)
 TIMELINE_WINDOW_BYTES = 4 << 10
 TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
+
+
 @dataclass
 class ScanResult:
     """What the logs show. Symptoms by kind, the run's timeline, facts, per-file summaries."""
@@ -235,7 +237,7 @@ class Scanner:
                        seg_start: int, seg_end: int, line_end: int) -> bool:
         """True when this hit is one too many for its huge line: windowed hits (no separator
         near them) of one pattern are matched one by one up to MAX_WINDOW_MATCHES_PER_LINE per
-        physical line, then only counted (see notes_for_caps)."""
+        physical line, then only counted (see _cap_notes)."""
         if not (seg_start > line_start and buf[seg_start - 1] != 13
                 or seg_end < line_end and buf[seg_end] != 13):
             return False  # a whole \r-delimited segment, not a window of a huge one
@@ -255,8 +257,9 @@ class Scanner:
             if fname != name:
                 continue
             del self._huge_skipped[(fname, line, pid)]
+            held = skipped + MAX_WINDOW_MATCHES_PER_LINE
             self.notes.append(
-                f"{name}:{line}: one line without line breaks holds {skipped + MAX_WINDOW_MATCHES_PER_LINE:,} "
+                f"{name}:{line}: one line without line breaks holds {held:,} "
                 f"candidates of pattern {pid}; the first {MAX_WINDOW_MATCHES_PER_LINE:,} were "
                 f"matched one by one (counted in the findings), {skipped:,} more were not (cost cap)")
 
