@@ -127,3 +127,24 @@ def test_split_points_are_line_starts(tmp_path: Path) -> None:
         os.close(fd)
     assert starts[0] == 0 and len(starts) == 4
     assert all(data[s - 1:s] == b"\n" for s in starts[1:])
+
+
+def test_capped_huge_line_noted_with_its_line_in_parallel(big_log: Path, tmp_path: Path,
+                                                         monkeypatch) -> None:
+    # A line past the per-line match cap (scan.py) in a worker's range: the note names its line
+    # in the whole file, as the single-process scan does.
+    if "hyperscan" not in available_engines():
+        pytest.skip("the cap applies to windowed hits (hyperscan)")
+    from dsdoctor.logs import scan
+
+    monkeypatch.setattr(scan, "MAX_WINDOW_MATCHES_PER_LINE", 20)
+    overflow = ("[2025-01-09 10:50:51,231] [INFO] [loss_scaler.py:190:update_scale] "
+                "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, "
+                "reducing to 32768")  # the DeepSpeed 0.14 line of the samples
+    huge = (" ".join([overflow] * 300) + "\n").encode()
+    path = tmp_path / "huge.log"
+    path.write_bytes(big_log.read_bytes() + huge + b"after\n")
+    one, many = _scan(path, 1, "hyperscan"), _scan(path, 2, "hyperscan")
+    noted = [n for n in one.notes if "without line breaks" in n]
+    assert noted and noted == [n for n in many.notes if "without line breaks" in n]
+    assert _as_json(one) == _as_json(many)

@@ -23,6 +23,8 @@ from dsdoctor.logs.reader import normalize, rank_from_filename
         # Ray's log-collector prefix (Awesome-ML-SYS-Tutorial#106, verl)
         (b"(WorkerDict pid=12504) torch.OutOfMemoryError: CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory.", None),
         (b"(raylet) A worker died or was killed", "A worker died or was killed", None),
+        # NeMo-Run / torchx role prefix before torchrun's (NeMo#14348)
+        (b"i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2", "RuntimeError: Rank 2", 2),
         # markdown quote of a pasted log (DeepSpeed#3869)
         (b"> torch.cuda.OutOfMemoryError: CUDA out of memory.", "torch.cuda.OutOfMemoryError: CUDA out of memory.", None),
         (b">> > [rank0]: x", "x", 0),

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+from array import array
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in typeshed
 from typing import Any
@@ -154,6 +155,13 @@ def lookup(data: Any, path: str, default: Any = None) -> Any:
 
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _WS_COMMENTS = re.compile(r"(?:\s+|//[^\n]*|#[^\n]*|/\*.*?\*/)*", re.S)
+_NEWLINE = re.compile("\n")
+_WS_START = frozenset(" \t\r\n/#\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0")  # what may begin _WS_COMMENTS
+# Positions kept of array elements: the first ones of each array, and so many per file (an
+# array of a million numbers, or of rows, is data, not settings; an element without a position
+# is located at its array's key, see ConfigDoc.locate). Object keys always keep theirs.
+MAX_ARRAY_POSITIONS = 100
+MAX_ARRAY_POSITIONS_PER_FILE = 10_000
 _LITERALS = {"true": True, "false": False, "null": None,
              "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
@@ -166,7 +174,8 @@ class _JsonParser:
         self.file = file
         self.positions: dict[str, KeyPos] = {}
         self.duplicates: list[Duplicate] = []
-        self._nl = [i for i, ch in enumerate(text) if ch == "\n"]
+        self._nl = array("q", (m.start() for m in _NEWLINE.finditer(text)))  # 8 bytes a line
+        self._array_positions = 0
 
     def pos(self, offset: int) -> KeyPos:
         line = bisect.bisect_left(self._nl, offset)
@@ -178,6 +187,8 @@ class _JsonParser:
         return UsageError(f"{p}: {what}; this is not valid DeepSpeed JSON, fix the file and retry")
 
     def ws(self, i: int) -> int:
+        if i < len(self.text) and self.text[i] not in _WS_START and not self.text[i].isspace():
+            return i  # nothing to skip (most calls): no regex
         m = _WS_COMMENTS.match(self.text, i)  # matches the empty string: never None
         return m.end() if m is not None else i
 
@@ -211,7 +222,7 @@ class _JsonParser:
             s = m.group()
             if len(s) > 4000:  # int() refuses over 4,300 digits (quadratic-time guard)
                 raise self.fail(i, f"a number of {len(s)} digits; a config value is not that long")
-            return (float(s) if any(c in s for c in ".eE") else int(s)), m.end()
+            return (float(s) if "." in s or "e" in s or "E" in s else int(s)), m.end()
         for lit, val in _LITERALS.items():
             if text.startswith(lit, i):
                 return val, i + len(lit)
@@ -263,7 +274,10 @@ class _JsonParser:
             if i < len(self.text) and self.text[i] == "]":  # trailing comma
                 return out, i + 1
             ipath = join_path(path, len(out))
-            self.positions[ipath] = self.pos(i)
+            if len(out) < MAX_ARRAY_POSITIONS \
+                    and self._array_positions < MAX_ARRAY_POSITIONS_PER_FILE:
+                self._array_positions += 1
+                self.positions[ipath] = self.pos(i)
             value, i = self.value(i, ipath, depth + 1)
             out.append(value)
             i = self.ws(i)

@@ -91,14 +91,16 @@ class KeyTable:
                     return f"{sec}.{key}"
         return None
 
-    def check(self, data: dict[str, Any]) -> list[UnknownKey]:
-        """Unknown and removed keys of a DeepSpeed config, in the order they are written."""
+    def check(self, data: dict[str, Any], suggest: bool = True) -> list[UnknownKey]:
+        """Unknown and removed keys of a DeepSpeed config, in the order they are written.
+        ``suggest=False``: no suggestion (a caller that shows only the first few asks
+        ``suggest()`` for those: difflib per key is the cost of a 10,000-key config)."""
         out: list[UnknownKey] = []
         for key in data:
             if key in self.removed_top_level:
                 out.append(UnknownKey(key, key, "", None, True, self.removed_top_level[key]))
             elif key not in self.top_level and not is_comment_key(key):
-                out.append(UnknownKey(key, key, "", self.suggest(key, ""), False,
+                out.append(UnknownKey(key, key, "", self.suggest(key, "") if suggest else None, False,
                                       f"DeepSpeed {self.release} ignores unknown top-level keys"))
         for section in self.sections:
             value = lookup(data, section)
@@ -121,7 +123,9 @@ class KeyTable:
                               "(Extra inputs are not permitted)")
                 else:
                     reason = f"DeepSpeed {self.release} ignores unknown keys in '{section}'"
-                out.append(UnknownKey(path, key, section, self.suggest(key, section), rejected, reason))
+                out.append(UnknownKey(path, key, section,
+                                      self.suggest(key, section) if suggest else None, rejected,
+                                      reason))
         return out
 
     def check_values(self, data: dict[str, Any]) -> list[BadValue]:

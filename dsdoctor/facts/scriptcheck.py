@@ -11,6 +11,7 @@ run (which is what makes ``"auto"`` legal in a DeepSpeed config). Every fact car
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,13 @@ from dsdoctor.errors import UsageError
 from dsdoctor.safeio import read_bounded
 
 MAX_SCRIPT_BYTES = 8 * 2**20
+# Above this, a script is parsed in pieces of top-level statements, twice (names first, then the
+# facts), so that only one piece's syntax tree is alive at a time: the tree of a whole 7 MB
+# script took 1.1 GB.
+CHUNKED_SOURCE_BYTES = 1 << 20
+_CHUNK_CHARS = 256 << 10
+# a line at column 0 starting with one of these continues the statement before it
+_CONTINUES = ("else", "elif", "except", "finally", "#", ")", "]", "}", "@")
 
 _TRAINER_CLASSES = {"Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "PPOTrainer",
                     "RewardTrainer", "ORPOTrainer", "KTOTrainer", "GRPOTrainer", "CPOTrainer"}
@@ -167,6 +175,10 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
     if isinstance(source, bytes) and b"\x00" in source:
         raise UsageError(f"{path}: binary file (NUL bytes), not a Python script; pass the .py "
                          "training script")
+    if len(source) > CHUNKED_SOURCE_BYTES:
+        facts = _check_in_chunks(source, path)
+        if facts is not None:
+            return facts
     try:
         tree = ast.parse(source, filename=path)
     except SyntaxError as exc:
@@ -186,6 +198,10 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to analyze; pass the training script") \
             from None
+    return _facts(path, v)
+
+
+def _facts(path: str, v: _Visitor) -> ScriptFacts:
     return ScriptFacts(
         path=path, generate_calls=tuple(v.generate), hf_ds_configs=tuple(v.hfds),
         from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
@@ -193,6 +209,49 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
         ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
         imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports,
         training_arg_values=tuple(v.training_arg_values), quant_4bit=tuple(v.quant_4bit))
+
+
+def _chunks(text: str) -> list[tuple[int, str]]:
+    """(first line - 1, text) pieces of about _CHUNK_CHARS, cut before a line at column 0 that
+    can start a statement. A cut inside a string, brackets or a continued line leaves a piece
+    that is not valid Python: the caller then parses the whole text."""
+    lines = text.splitlines(keepends=True)
+    out: list[tuple[int, str]] = []
+    start = 0
+    size = 0
+    for i, line in enumerate(lines):
+        if size >= _CHUNK_CHARS and line[:1] not in ("", " ", "\t", "\n", "\r") \
+                and not line.startswith(_CONTINUES) and not lines[i - 1].rstrip("\r\n").endswith("\\"):
+            out.append((start, "".join(lines[start:i])))
+            start, size = i, 0
+        size += len(line)
+    out.append((start, "".join(lines[start:])))
+    return out
+
+
+def _check_in_chunks(source: str | bytes, path: str) -> ScriptFacts | None:
+    """The facts of a big script, one piece of its syntax tree at a time (see _chunks); None when
+    it cannot be cut that way (then the whole text is parsed, and its errors reported)."""
+    if isinstance(source, bytes):
+        if not source.isascii():
+            return None  # a coding cookie or UTF-8 text: the whole-file parse decodes it
+        source = source.decode("ascii")
+    pieces = _chunks(source)
+
+    def trees() -> Iterator[ast.AST]:
+        for first, text in pieces:
+            # blank lines in front keep the line numbers of the whole file
+            yield ast.parse("\n" * first + text, filename=path)
+
+    v = _Visitor(source)
+    try:
+        v.bindings = _Bindings.of_trees(trees())
+        for tree in trees():
+            v.visit(tree)
+            v._kept.clear()  # ids of a freed tree's nodes may come back in the next one
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return _facts(path, v)
 
 
 def _dotted(node: ast.AST) -> str:
@@ -257,10 +316,15 @@ class _Bindings:
 
     @classmethod
     def of(cls, tree: ast.AST) -> _Bindings:
+        return cls.of_trees([tree])
+
+    @classmethod
+    def of_trees(cls, trees: Iterable[ast.AST]) -> _Bindings:
+        """The bindings of a module given as the trees of its pieces (see _chunks)."""
         dtype_values: dict[str, set[str | None]] = {}
         input_like: dict[str, bool] = {}
         sync: set[str] = set()
-        for node in ast.walk(tree):
+        for node in (n for tree in trees for n in ast.walk(tree)):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for t in targets:

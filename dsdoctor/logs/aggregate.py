@@ -1,16 +1,18 @@
 """Fold a stream of events into symptoms, a timeline and facts, in constant memory.
 
 A log can hold a million OVERFLOW lines: we keep counts, value statistics and a handful of
-evidence lines (first, last, strongest, first per rank), never the events themselves.
+evidence lines (first, last, strongest, first per rank), never the events themselves. The
+evidence text is cut and checked for half secrets (``evidence_text``) only for the lines that are
+kept, at ``build()``: a million events cost a million counts, not a million cuts (issue 14).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsdoctor.model import Evidence, Fact, Symptom, TimelinePoint, json_number
+from dsdoctor.redact.redactor import cut_without_half_secret
 
 MAX_EVIDENCE = 8
 MAX_RANK_EVIDENCE = 8
@@ -18,8 +20,23 @@ MAX_TEXT_VALUES = 10
 MAX_TIMELINE_POINTS = 4000
 MAX_FACTS_PER_NAME = 400
 
+EVIDENCE_CHARS = 500  # an evidence line longer than this is cut
+
 TIMELINE_FIELDS = ("step", "loss", "grad_norm", "loss_scale", "skipped", "lr", "throughput",
                    "epoch")
+
+
+def evidence_text(text: str) -> str:
+    """The evidence text of a segment, cut to EVIDENCE_CHARS. A secret across the cut is dropped,
+    not kept in half (half a token is too short for any secret format to recognise later; the
+    rest of the line is redacted with the report). Bounded work per call."""
+    return cut_without_half_secret(text.strip(), EVIDENCE_CHARS)
+
+
+def finished(ev: Evidence) -> Evidence:
+    """``ev`` with its text cut as evidence (see :func:`evidence_text`)."""
+    text = evidence_text(ev.text)
+    return ev if text == ev.text else Evidence(file=ev.file, line=ev.line, text=text, rank=ev.rank)
 
 
 @dataclass
@@ -39,7 +56,11 @@ class _KindState:
 
 
 class SymptomAggregator:
-    """Events in, :class:`Symptom` per kind out."""
+    """Events in, :class:`Symptom` per kind out.
+
+    ``add`` takes the evidence with the segment's whole text (never copied, only referenced);
+    ``build`` cuts the few kept ones with :func:`finished`.
+    """
 
     def __init__(self) -> None:
         self._state: dict[str, _KindState] = {}
@@ -71,34 +92,49 @@ class SymptomAggregator:
         elif strength > st.strongest[-1][0]:
             st.strongest[-1] = item
             st.strongest.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        numbers = st.numbers
         for name, val in values.items():
-            if name == "rank":
-                continue
-            if isinstance(val, bool) or not isinstance(val, (int, float)):
+            cls = type(val)
+            if cls is not int and cls is not float:  # bool and str: distinct texts, a few
+                if name == "rank":
+                    continue
                 lst = st.texts.setdefault(name, [])
                 sval = str(val)
                 if sval not in lst and len(lst) < MAX_TEXT_VALUES:
                     lst.append(sval)
                 continue
-            stats = st.numbers.get(name)
+            if name == "rank":
+                continue
+            stats = numbers.get(name)
             if stats is None:
-                st.numbers[name] = {"first": val, "last": val, "min": val, "max": val, "count": 1}
-            else:
-                stats["last"] = val
-                stats["count"] += 1
-                if not (isinstance(val, float) and math.isnan(val)):
-                    if _lt(val, stats["min"]):
-                        stats["min"] = val
-                    if _lt(stats["max"], val):
-                        stats["max"] = val
+                numbers[name] = {"first": val, "last": val, "min": val, "max": val, "count": 1}
+                continue
+            stats["last"] = val
+            stats["count"] += 1
+            if val == val:  # not NaN; a NaN min or max (the first value) gives way to a number
+                mn = stats["min"]
+                if val < mn or mn != mn:
+                    stats["min"] = val
+                mx = stats["max"]
+                if mx < val or mx != mx:
+                    stats["max"] = val
 
     def build(self) -> dict[str, Symptom]:
         out: dict[str, Symptom] = {}
+        done: dict[int, Evidence] = {}
+
+        def fin(ev: Evidence) -> Evidence:
+            got = done.get(id(ev))
+            if got is None:
+                got = done[id(ev)] = finished(ev)
+            return got
+
         for kind, st in self._state.items():
             assert st.first is not None and st.last is not None
             chosen: list[Evidence] = []
 
             def take(ev: Evidence, chosen: list[Evidence] = chosen) -> None:
+                ev = fin(ev)
                 if ev not in chosen and len(chosen) < MAX_EVIDENCE:
                     chosen.append(ev)
 
@@ -118,20 +154,14 @@ class SymptomAggregator:
                 kind=kind,
                 count=st.count,
                 evidence=tuple(chosen),
-                first=st.first,
-                last=st.last,
+                first=fin(st.first),
+                last=fin(st.last),
                 ranks=tuple(sorted(st.ranks)),
                 files=tuple(st.files),
                 patterns=dict(st.patterns),
                 values=values,
             )
         return out
-
-
-def _lt(a: Any, b: Any) -> bool:
-    if isinstance(b, float) and math.isnan(b):
-        return True
-    return a < b
 
 
 class Timeline:
@@ -182,7 +212,7 @@ class FactCollector:
         if n >= MAX_FACTS_PER_NAME:
             return
         self._counts[name] = n + 1
-        self._facts.append(Fact(name=name, values=dict(values), evidence=ev))
+        self._facts.append(Fact(name=name, values=dict(values), evidence=finished(ev)))
 
     def facts(self) -> list[Fact]:
         return list(self._facts)

@@ -148,6 +148,7 @@ class RangeResult:
     timeline: list[tuple[str, Evidence, dict]]
     facts: list[tuple[str, Evidence, dict]]
     notes: list[str]
+    huge_skipped: dict[tuple[str, int, str], int]  # hits past the per-line cap (scan.py), by line
 
 
 _SCANNER: Any = None  # the parent's Scanner, inherited by the forked workers
@@ -161,6 +162,7 @@ def _scan_one(job: tuple[int, str, int, int, int, int, int]) -> RangeResult:
     scanner.timeline = TimelineRecorder()
     scanner.facts = FactRecorder()
     scanner.notes = []
+    scanner._huge_line, scanner._huge_matched, scanner._huge_skipped = None, {}, {}
     counter = _PROGRESS[k]
 
     def progress(_name: str, done: int, _size: int | None) -> None:
@@ -171,7 +173,8 @@ def _scan_one(job: tuple[int, str, int, int, int, int, int]) -> RangeResult:
                                                   None, start=start, stop=stop, mark=mark)
     agg = scanner.symptoms
     return RangeResult(newlines, scanned, last, agg._state, agg._seq, agg.extremes,
-                       scanner.timeline.adds, scanner.facts.adds, scanner.notes)
+                       scanner.timeline.adds, scanner.facts.adds, scanner.notes,
+                       scanner._huge_skipped)
 
 
 # ------------------------------------------------------------------------- parent side
@@ -218,6 +221,8 @@ def scan_parallel(scanner: Any, name: str, fd: int, size: int, jobs: int, stride
         for fact, ev, values in part.facts:
             scanner.facts.add(fact, _moved(ev, shift), values)
         scanner.notes.extend(part.notes)
+        for (fname, line, pid), skipped in part.huge_skipped.items():  # noted by _summarize
+            scanner._huge_skipped[(fname, line + shift, pid)] = skipped
         shift += part.newlines
     if on_progress is not None:
         on_progress(name, size, size)

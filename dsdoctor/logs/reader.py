@@ -59,6 +59,11 @@ _RANK_PREFIXES = (
     # Ray's log-collector prefix on every worker line: "(WorkerDict pid=12504, ip=10.0.0.1) ".
     re.compile(r"^\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\)(?:[ \t]|$)"),
 )
+# Could any quote marker or prefix above start this text? One match instead of six per segment.
+# (tests/test_reader.py checks it against every prefix's examples)
+_ANY_PREFIX_RE = re.compile(
+    r"[ \t]{0,3}>|\[(?:rank\d|default\d|\d+,\d+\]<std)|\d{1,5}:[ \t]|[a-z][a-z0-9.-]*:[ \t]"
+    r"|[\w.-]+/\d+[ \t]\[|\((?:raylet|[A-Za-z_][\w.]* pid=)")
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
@@ -92,7 +97,7 @@ def normalize(raw: bytes) -> Segment:
     rank: int | None = None
     host: str | None = None
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
-    for _ in range(4):
+    for _ in range(4 if _ANY_PREFIX_RE.match(text) else 0):
         before = text
         m = _QUOTE_RE.match(text)
         if m and m.end():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsdoctor.errors import UsageError
-from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline
+from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, finished
 from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.parallel import (
     PARALLEL_MIN_BYTES,
@@ -27,9 +27,8 @@ from dsdoctor.logs.parallel import (
     scan_parallel,
 )
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
-from dsdoctor.logs.reader import OpenedLog, normalize, open_log, rank_from_filename
+from dsdoctor.logs.reader import OpenedLog, Segment, normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
-from dsdoctor.redact.redactor import cut_without_half_secret
 
 #: A scan's progress: (file name, bytes read so far, its size or None when unknown).
 ProgressFn = Callable[[str, int, "int | None"], None]
@@ -37,18 +36,13 @@ CHUNK_BYTES = 8 << 20
 LOOKAHEAD_BYTES = 256 << 10
 MAX_BUFFER_BYTES = 64 << 20  # a single line longer than this is cut (segments stay capped anyway)
 SEGMENT_WINDOW = 8 << 10  # around a hit inside a huge \r/\n-free segment
+# Hits of one pattern matched one by one inside one huge separator-free line (a 200 MB line
+# holding a million messages); beyond this the rest are counted as candidates and a note says so.
+MAX_WINDOW_MATCHES_PER_LINE = 10_000
 TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; above, sampled
 TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte offset)
 TIMELINE_WINDOW_BYTES = 4 << 10
 TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
-EVIDENCE_CHARS = 500  # an evidence line longer than this is cut
-
-
-def evidence_text(text: str) -> str:
-    """The evidence text of a segment, cut to EVIDENCE_CHARS. A secret across the cut is dropped,
-    not kept in half (half a token is too short for any secret format to recognise later; the
-    rest of the line is redacted with the report). Bounded work per match."""
-    return cut_without_half_secret(text.strip(), EVIDENCE_CHARS)
 
 
 @dataclass
@@ -87,6 +81,10 @@ class Scanner:
         self.facts = FactCollector()
         self.files: list[FileSummary] = []
         self.notes: list[str] = []
+        # (file, line) of the huge line being matched, its matches and skipped hits per pattern id
+        self._huge_line: tuple[str, int] | None = None
+        self._huge_matched: dict[str, int] = {}
+        self._huge_skipped: dict[tuple[str, int, str], int] = {}
 
     # -- public -------------------------------------------------------------------------------
     def scan_path(self, path: str, on_event: Callable[[str, Evidence, dict], None] | None = None
@@ -143,6 +141,7 @@ class Scanner:
                    last_byte: bytes) -> None:
         lines = newlines + (1 if total and last_byte != b"\n" else 0)
         self.files.append(FileSummary(path=name, lines=lines, bytes=total, compressed=compressed))
+        self._cap_notes(name)
         if total == 0:
             self.notes.append(f"{name}: empty log")
 
@@ -252,26 +251,38 @@ class Scanner:
         count = buf.count
         # hits and timeline samples in one pass of newline counting
         items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
+        cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
+        last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
         for off, idx, *rest in items:
             if rest:  # a sampled timeline point: (offset, pattern index, segment, values)
                 seg, values = rest
                 if off > pos:
                     line += count(b"\n", pos, off)
                     pos = off
-                ev = Evidence(file=name, line=line, text=evidence_text(seg.text),
+                ev = Evidence(file=name, line=line, text=seg.text,  # a point keeps no text
                               rank=seg.rank if seg.rank is not None else file_rank)
                 self.timeline.add(self.timeline_patterns[idx].id, ev, values)
                 continue
-            line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have)
-            key = (seg_start, idx)
-            if key in seen:
-                continue
-            seen.add(key)
+            line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
+            cur_line = (line_start, line_end)
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
             pat = patterns[idx]
-            seg = normalize(bytes(buf[seg_start:seg_end]))
+            key = (seg_start, idx)
+            if key in seen:
+                continue
+            # before adding to the seen set: a capped huge line must not fill it with a
+            # million keys
+            if seg_end - seg_start < line_end - line_start and self._over_line_cap(
+                    name, line, pat.id, buf, line_start, seg_start, seg_end, line_end):
+                continue
+            seen.add(key)
+            if last_seg is not None and last_seg[0] == seg_start and last_seg[1] == seg_end:
+                seg = last_seg[2]
+            else:
+                seg = normalize(bytes(buf[seg_start:seg_end]))
+                last_seg = (seg_start, seg_end, seg)
             following: list[str] = []
             if pat.join_next:
                 following = _next_lines(buf, line_end, pat.join_next, have)
@@ -281,15 +292,46 @@ class Scanner:
             rank = values.get("rank")
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
-            ev = Evidence(file=name, line=line, text=evidence_text(seg.text), rank=rank)
+            # the whole segment's text: the aggregator cuts only the evidence it keeps
+            ev = Evidence(file=name, line=line, text=seg.text, rank=rank)
             self._emit(pat, ev, values)
             if on_event is not None:
-                on_event(pat.emits, ev, values)
+                on_event(pat.emits, finished(ev), values)
         if cut > pos:
             line += count(b"\n", pos, cut)
         elif pos > cut:  # a timeline window that starts before cut may end after it
             line -= count(b"\n", cut, pos)
         return line
+
+    def _over_line_cap(self, name: str, line: int, pid: str, buf, line_start: int,
+                       seg_start: int, seg_end: int, line_end: int) -> bool:
+        """True when this hit is one too many for its huge line: windowed hits (no separator
+        near them) of one pattern are matched one by one up to MAX_WINDOW_MATCHES_PER_LINE per
+        physical line, then only counted (see _cap_notes)."""
+        if not (seg_start > line_start and buf[seg_start - 1] != 13
+                or seg_end < line_end and buf[seg_end] != 13):
+            return False  # a whole \r-delimited segment, not a window of a huge one
+        if self._huge_line != (name, line):
+            self._huge_line = (name, line)
+            self._huge_matched = {}
+        n = self._huge_matched.get(pid, 0)
+        if n < MAX_WINDOW_MATCHES_PER_LINE:
+            self._huge_matched[pid] = n + 1
+            return False
+        k = (name, line, pid)
+        self._huge_skipped[k] = self._huge_skipped.get(k, 0) + 1
+        return True
+
+    def _cap_notes(self, name: str) -> None:
+        for (fname, line, pid), skipped in list(self._huge_skipped.items()):
+            if fname != name:
+                continue
+            del self._huge_skipped[(fname, line, pid)]
+            held = skipped + MAX_WINDOW_MATCHES_PER_LINE
+            self.notes.append(
+                f"{name}:{line}: one line without line breaks holds {held:,} "
+                f"candidates of pattern {pid}; the first {MAX_WINDOW_MATCHES_PER_LINE:,} were "
+                f"matched one by one (counted in the findings), {skipped:,} more were not (cost cap)")
 
     def _emit(self, pat: Pattern, ev: Evidence, values: dict) -> None:
         if pat.is_timeline:
@@ -348,18 +390,29 @@ class Scanner:
         return out, mark  # windows and their candidates come in offset order
 
 
-def _segment_at(buf, off: int, have: int) -> tuple[int, int, int, int]:
+def _segment_at(buf, off: int, have: int, line: tuple[int, int] | None = None
+                ) -> tuple[int, int, int, int]:
     """(line start, segment start, segment end, line end) around offset ``off`` of ``buf[:have]``.
 
     A segment is the ``\r``/``\n``-delimited piece holding ``off``; inside a huge segment
-    without separators only a window around ``off`` is kept.
+    without separators only a window around ``off`` is kept. ``line`` is the (start, end) of a
+    line already found for an earlier hit: a line holding many hits is searched once, and the
+    ``\r`` searches look at most 4 windows away, so each hit costs a bounded amount of work
+    (a 200 MB line with a million hits was quadratic).
     """
-    line_start = buf.rfind(b"\n", 0, off) + 1
-    seg_start = max(line_start, buf.rfind(b"\r", line_start, off) + 1)
-    nl = buf.find(b"\n", off, have)
-    line_end = nl if nl != -1 else have
-    cr = buf.find(b"\r", off, line_end)
-    seg_end = cr if cr != -1 else line_end
+    if line is not None and line[0] <= off <= line[1]:
+        line_start, line_end = line
+    else:
+        line_start = buf.rfind(b"\n", 0, off) + 1
+        nl = buf.find(b"\n", off, have)
+        line_end = nl if nl != -1 else have
+    reach = 4 * SEGMENT_WINDOW + 1  # beyond this the segment is windowed anyway
+    lo = max(line_start, off - reach)
+    cr = buf.rfind(b"\r", lo, off)
+    seg_start = cr + 1 if cr != -1 else lo
+    hi = min(line_end, off + reach)
+    cr = buf.find(b"\r", off, hi)
+    seg_end = cr if cr != -1 else hi
     if seg_end - seg_start > 4 * SEGMENT_WINDOW:
         seg_start = max(seg_start, off - SEGMENT_WINDOW)
         seg_end = min(seg_end, off + SEGMENT_WINDOW)

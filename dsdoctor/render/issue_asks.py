@@ -28,7 +28,9 @@ from dsdoctor.render.env import details, fence
 from dsdoctor.render.issue_launch import Launch
 from dsdoctor.render.issue_log import LogExcerpt
 
-#: How far below its first line a printed config is read (DeepSpeed prints one key per line).
+MAX_QUOTED_CONFIG_LINES = 1000  # a config file quoted in the issue body: its first lines
+MAX_QUOTED_CONFIG_CHARS = 40_000  # GitHub refuses an issue body over 65,536 characters
+_REDACT_MARGIN = 64 << 10  # redacted beyond the cut: a secret across it is seen whole
 
 #: Rules whose error explains a failure as the user's configuration or environment (a fix the
 #: user applies), not as a bug of the library: fp16 scale collapse, GPU/CPU memory, op builds
@@ -66,7 +68,33 @@ def read_config(path: str, redactor: Redactor) -> ConfigText:
     lang = "json" if text.lstrip().startswith(("{", "[")) or path.endswith(".json") else "yaml"
     # Quoted as written: re-serializing would turn 2e8 into 200000000.0, drop duplicate keys
     # (the very DS301 error dsdoctor may report) and comments.
-    return ConfigText(path, redactor.text(text), lang)
+    return ConfigText(path, _quoted(text, redactor, "//" if lang == "json" else "#"), lang)
+
+
+def _quoted(text: str, redactor: Redactor, comment: str) -> str:
+    """The config's first lines, redacted, and a last line that says what was left out.
+
+    An issue body holds at most 65,536 characters, and redacting a 16 MB config took a minute:
+    only the quoted part is redacted, with a margin after it so that a secret across the cut
+    is seen whole (redact first, cut after; docs/security.md)."""
+    cut = 0
+    for _ in range(MAX_QUOTED_CONFIG_LINES):
+        nl = text.find("\n", cut)
+        end = len(text) if nl == -1 else nl + 1
+        if end > MAX_QUOTED_CONFIG_CHARS:
+            break
+        cut = end
+        if nl == -1:
+            break
+    if cut >= len(text):
+        return redactor.text(text)
+    shown = len(text[:cut].splitlines())
+    margin = text.find("\n", min(len(text), cut + _REDACT_MARGIN))
+    red = redactor.text(text[:margin if margin != -1 else len(text)])
+    head = "".join(red.splitlines(keepends=True)[:shown])
+    total = text.count("\n") + (0 if text.endswith("\n") else 1)
+    return (head.rstrip("\n") + f"\n{comment} dsdoctor: the first {shown:,} of {total:,} lines "
+            f"({len(text):,} characters) are quoted; attach the file for the rest\n")
 
 
 def printed_config(report: Report | None, redactor: Redactor) -> PrintedConfig | None:

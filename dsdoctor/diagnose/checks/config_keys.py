@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
@@ -84,56 +85,93 @@ _APEX_AMP_KEYWORDS = frozenset({
     "min_loss_scale", "max_loss_scale"})
 
 
+#: Unknown keys explained one by one per rule (each with a difflib suggestion and its story over
+#: every release); the rest are counted in one more finding that names the first few of them.
+#: A config with 10,000 unknown keys gave 10,000 findings and took a minute (issue 14).
+MAX_UNKNOWN_SHOWN = 50
+_REST_NAMED = 5
+
+
 def _unknown(ctx: Context, rejected: bool) -> Iterator[Finding]:
     doc = lintable(ctx)
     if doc is None:
         return
     table = dskeys.table_for(ctx.ds_version)
     note = dskeys.table_note(ctx.ds_version, ctx.ds_version_source)
-    for u in table.check(doc.data):
+    shown = 0
+    rest: list[dskeys.UnknownKey] = []
+    for u in table.check(doc.data, suggest=False):  # set lookups; suggestions for shown keys
         if u.rejected != rejected:
             continue
         if u.section == "amp" and not u.rejected and u.key in _APEX_AMP_KEYWORDS:
             continue  # handed to apex.amp.initialize(**amp_params): read, not ignored
-        value = doc.get(u.path)
-        story = _release_story(u.path, value)
-        if u.section == "amp" and not u.rejected:
-            yield _apex_keyword(u.path, u.key, value, table.release)
+        if shown >= MAX_UNKNOWN_SHOWN:
+            rest.append(u)
             continue
-        mean = f" Did you mean '{u.suggestion}'?" if u.suggestion else ""
-        change = None
-        if u.suggestion and not doc.has(u.suggestion) and u.suggestion.rpartition(".")[0] == u.section:
-            # Renaming a typo inside its own section cannot make a working run worse: the typo
-            # is either refused (the run does not start) or ignored (the default is used).
-            change = {"op": "rename", "path": u.path, "new_path": u.suggestion, "old": value}
-        if (u.section in ("bf16", "bfloat16") and not u.suggestion
-                and u.key in table.section_keys("fp16")):
-            mean = (" It is an fp16 setting: bf16 has fp32's exponent range and needs no loss "
-                    "scaling, so it does nothing here.")
-            change = {"op": "delete", "path": u.path, "old": value}
-        # A top-level section written inside another ("aio" in zero_optimization, as in the
-        # Transformers guide's NVMe example): DeepSpeed reads it only at the top level.
-        misplaced = bool(u.section) and not u.suggestion and u.key in table.top_level \
-            and not doc.has(u.key)
-        if misplaced:
-            mean = (f" '{u.key}' is a top-level section: DeepSpeed reads it only there, so its "
-                    "settings belong at the top level of the config.")
-            change = {"op": "rename", "path": u.path, "new_path": u.key, "old": value}
-        if rejected:
-            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason.rstrip('.')}."
-                   f"{mean} ({story}; {note}.)")
-            fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
-                   else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
-                   else f"delete '{u.path}'")
-        else:
-            effect = ("the whole section is ignored and every key in it takes its default"
-                      if isinstance(value, dict) else "the default value is used instead")
-            msg = (f"'{u.path}' is not a key DeepSpeed {table.release} reads: {u.reason}, so "
-                   f"{effect}.{mean} ({story}; {note}.)")
-            fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
-                   else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
-                   else f"delete '{u.path}' or check the DeepSpeed config documentation for the right name")
-        yield finding(msg, path=u.path, fix=fix, change=change)
+        shown += 1
+        removed = (u.key in table.removed_top_level if not u.section
+                   else u.section == "zero_optimization" and u.key in table.removed_zero)
+        if not removed:
+            u = replace(u, suggestion=table.suggest(u.key, u.section))
+        yield _unknown_finding(doc, table, u, rejected, note)
+    if rest:
+        yield _more_unknown(table.release, rest, rejected)
+
+
+def _more_unknown(release: str, rest: list[dskeys.UnknownKey], rejected: bool) -> Finding:
+    """One finding for the unknown keys past MAX_UNKNOWN_SHOWN: counted, the first few named."""
+    named = ", ".join(f"'{u.path}'" for u in rest[:_REST_NAMED])
+    more = f" and {len(rest) - _REST_NAMED:,} more" if len(rest) > _REST_NAMED else ""
+    verb = "refuses" if rejected else "ignores"
+    return finding(
+        f"{len(rest):,} more keys DeepSpeed {release} {verb} (the first {MAX_UNKNOWN_SHOWN} "
+        f"are explained one by one; these are only counted): {named}{more}.",
+        path=rest[0].path,
+        fix=(f"delete the keys DeepSpeed {release} does not read (or move them out of the "
+             "DeepSpeed config), then run dsdoctor again to see the ones left"))
+
+
+def _unknown_finding(doc: ConfigDoc, table: Any, u: dskeys.UnknownKey, rejected: bool,
+                     note: str) -> Finding:
+    """The finding for one unknown key: what DeepSpeed does with it, the key probably meant."""
+    value = doc.get(u.path)
+    story = _release_story(u.path, value)
+    if u.section == "amp" and not u.rejected:
+        return _apex_keyword(u.path, u.key, value, table.release)
+    mean = f" Did you mean '{u.suggestion}'?" if u.suggestion else ""
+    change = None
+    if u.suggestion and not doc.has(u.suggestion) and u.suggestion.rpartition(".")[0] == u.section:
+        # Renaming a typo inside its own section cannot make a working run worse: the typo
+        # is either refused (the run does not start) or ignored (the default is used).
+        change = {"op": "rename", "path": u.path, "new_path": u.suggestion, "old": value}
+    if (u.section in ("bf16", "bfloat16") and not u.suggestion
+            and u.key in table.section_keys("fp16")):
+        mean = (" It is an fp16 setting: bf16 has fp32's exponent range and needs no loss "
+                "scaling, so it does nothing here.")
+        change = {"op": "delete", "path": u.path, "old": value}
+    # A top-level section written inside another ("aio" in zero_optimization, as in the
+    # Transformers guide's NVMe example): DeepSpeed reads it only at the top level.
+    misplaced = bool(u.section) and not u.suggestion and u.key in table.top_level \
+        and not doc.has(u.key)
+    if misplaced:
+        mean = (f" '{u.key}' is a top-level section: DeepSpeed reads it only there, so its "
+                "settings belong at the top level of the config.")
+        change = {"op": "rename", "path": u.path, "new_path": u.key, "old": value}
+    if rejected:
+        msg = (f"'{u.path}' is not a key DeepSpeed {table.release} accepts: {u.reason.rstrip('.')}."
+               f"{mean} ({story}; {note}.)")
+        fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
+               else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
+               else f"delete '{u.path}'")
+    else:
+        effect = ("the whole section is ignored and every key in it takes its default"
+                  if isinstance(value, dict) else "the default value is used instead")
+        msg = (f"'{u.path}' is not a key DeepSpeed {table.release} reads: {u.reason}, so "
+               f"{effect}.{mean} ({story}; {note}.)")
+        fix = (f"rename '{u.path}' to '{u.suggestion}'" if u.suggestion
+               else f"move '{u.path}' to the top level as '{u.key}'" if misplaced
+               else f"delete '{u.path}' or check the DeepSpeed config documentation for the right name")
+    return finding(msg, path=u.path, fix=fix, change=change)
 
 
 def _apex_keyword(path: str, key: str, value: Any, release: str) -> Finding:

@@ -70,12 +70,30 @@ class Pattern:
         m = self.regex.search(text)
         if m is None:
             return None
+        fields = self.__dict__.get("_fields")
+        if fields is None:
+            # (name, position in m.groups(), type): the regex module's groupdict() costs ten
+            # times groups(), and this runs once per matched line (a million OVERFLOW lines)
+            fields = tuple((name, num - 1, self.fields.get(name, "str"))
+                           for name, num in self.regex.groupindex.items())
+            object.__setattr__(self, "_fields", fields)
+        groups = m.groups()
         out: dict[str, Any] = {}
-        for name, raw in m.groupdict().items():
+        for name, pos, typ in fields:
+            raw = groups[pos]
             if raw is None:
                 continue
-            typ = self.fields.get(name, "str")
-            val = convert(raw, typ)
+            try:  # the common case first: plain digits (convert() gives the same value)
+                if typ == "float":
+                    val = float(raw)
+                    if val != val:
+                        val = math.nan
+                elif typ == "int":
+                    val = int(raw)
+                else:
+                    val = convert(raw, typ)
+            except ValueError:
+                val = convert(raw, typ)  # "1,024" and the like
             if val is not None:
                 out[name] = val
         return out
