@@ -15,7 +15,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dsdoctor.logs.reader import ANSI_RE, normalize, open_log
+from dsdoctor.logs.reader import ANSI_RE, normalize, open_log, skip_lines
 from dsdoctor.redact import redact_secrets
 from dsdoctor.redact.redactor import drop_cut_tail
 
@@ -87,58 +87,18 @@ class LogExcerpt:
 
 
 
-_SKIP_BLOCK = 1 << 20
-
-
-class _Rest:
-    """The bytes left of a skipping read, then the stream: ``readline(limit)`` as one stream."""
-
-    def __init__(self, head: bytes, stream: Any) -> None:
-        self._head = head
-        self._stream = stream
-
-    def readline(self, limit: int) -> bytes:
-        if not self._head:
-            return self._stream.readline(limit)
-        nl = self._head.find(b"\n", 0, limit)
-        if nl != -1:
-            line, self._head = self._head[:nl + 1], self._head[nl + 1:]
-            return line
-        line, self._head = self._head[:limit], self._head[limit:]
-        if len(line) < limit:  # the line goes on in the stream
-            line += self._stream.readline(limit - len(line))
-        return line
-
-
-def _skip_lines(stream: Any, count: int) -> tuple[_Rest, bool]:
-    """Skip ``count`` physical lines by counting newlines in 1 MiB blocks (the line reader costs
-    microseconds a line: the error on line 10,000,000 took half a minute to reach). Returns the
-    reader of the rest and whether the stream ended first."""
-    while count > 0:
-        block = stream.read(_SKIP_BLOCK)
-        if not block:
-            return _Rest(b"", stream), True
-        found = block.count(b"\n")
-        if found < count:
-            count -= found
-            continue
-        pos = -1
-        for _ in range(count):
-            pos = block.find(b"\n", pos + 1)
-        return _Rest(block[pos + 1:], stream), False
-    return _Rest(b"", stream), False
-
-
 def _iter_raw(path: str, start: int = 1) -> Generator[tuple[int, bytes], None, None]:
     """(line number, raw bytes) for each physical line from line ``start``, streamed, nothing
     decoded. A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees.
     """
     log = open_log(path)
     try:
-        reader, ended = _skip_lines(log.stream, start - 1)
+        # skipped by counting newlines in 1 MiB pieces: the error on line 10,000,000 is reached
+        # at C speed, not through the line reader
+        reader = skip_lines(log.stream, start - 1)
         n = start - 1
         partial = False  # inside an overlong line: its remainder is not a new line
-        while not ended:
+        while True:
             raw = reader.readline(1 << 20)  # bounded: a line of many MB is not read whole
             if not raw:
                 break
