@@ -65,29 +65,37 @@ QLORA_ZERO3_MIN = (("bitsandbytes", (0, 43, 0), ">="), ("accelerate", (0, 28, 0)
 
 
 
+def packages_below_minimum(ctx: Context) -> tuple[list[tuple[str, str, str, str]], bool]:
+    """(package, version, where it was read, "needs >= 0.43.0") for each package older than
+    QLoRA's minimums (QLORA_ZERO3_MIN, the same for ZeRO-3 and FSDP), and whether no version
+    was known at all (then the env snapshot would settle it)."""
+    old: list[tuple[str, str, str, str]] = []
+    unknown = 0
+    for pkg, minimum, op in QLORA_ZERO3_MIN:
+        v, where = package_version(ctx, pkg)
+        t = version_tuple(v)
+        if t is None:
+            unknown += 1
+            continue
+        if not (t >= minimum if op == ">=" else t > minimum):
+            old.append((pkg, str(v), where, f"needs {op} {'.'.join(map(str, minimum))}"))
+    return old, unknown == len(QLORA_ZERO3_MIN)
+
+
 def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS209: QLoRA + ZeRO-3 with packages older than PEFT's guide requires."""
     if zero_stage(ctx) != 3 or not qlora(ctx).loaded_4bit:
         return
-    old, unknown = [], []
-    for pkg, minimum, op in QLORA_ZERO3_MIN:
-        v, _ = package_version(ctx, pkg)
-        t = version_tuple(v)
-        if t is None:
-            unknown.append(pkg)
-            continue
-        ok = t >= minimum if op == ">=" else t > minimum
-        if not ok:
-            old.append(f"{pkg} {v} (needs {op} {'.'.join(map(str, minimum))})")
-    if unknown and len(unknown) == len(QLORA_ZERO3_MIN):
+    old, none_known = packages_below_minimum(ctx)
+    if none_known:
         ctx.missing(rule.code, "package versions for QLoRA + ZeRO-3", "--env snapshot.json")
     if not old:
         return
     yield finding(
         "QLoRA with ZeRO-3 needs bitsandbytes >= 0.43.0, accelerate >= 0.28.0, transformers > "
         "4.38.2, trl > 0.7.11 and peft > 0.9.0 (4-bit weights sharded through their "
-        f"quant-storage dtype); too old here: {', '.join(old)}.",
-        fix="Upgrade: pip install -U " + " ".join(o.split()[0] for o in old) + ".",
+        f"quant-storage dtype); too old here: {', '.join(f'{p} {v} ({need})' for p, v, _, need in old)}.",
+        fix="Upgrade: pip install -U " + " ".join(p for p, *_ in old) + ".",
         path="zero_optimization.stage")
 
 

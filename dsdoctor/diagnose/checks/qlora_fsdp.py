@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from dsdoctor.diagnose.checks.common import finding, gib, gpu_total_bytes, param_count, version_tuple
-from dsdoctor.diagnose.checks.qlora import QLORA_ZERO3_MIN
-from dsdoctor.diagnose.checks.runfacts import package_version, qlora, world_size
+from dsdoctor.diagnose.checks.common import finding, gib, gpu_total_bytes, param_count
+from dsdoctor.diagnose.checks.qlora import packages_below_minimum
+from dsdoctor.diagnose.checks.runfacts import qlora, world_size
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
 
@@ -44,16 +44,8 @@ def qlora_fsdp_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS226: QLoRA + FSDP with packages older than the guide's minimums."""
     if not _qlora_fsdp(ctx):
         return
-    old, unknown = [], []
-    for pkg, minimum, op in QLORA_ZERO3_MIN:
-        v, where = package_version(ctx, pkg)
-        t = version_tuple(v)
-        if t is None:
-            unknown.append(pkg)
-            continue
-        if not (t >= minimum if op == ">=" else t > minimum):
-            old.append((pkg, f"{pkg} {v} ({where}; needs {op} {'.'.join(map(str, minimum))})"))
-    if unknown and len(unknown) == len(QLORA_ZERO3_MIN):
+    old, none_known = packages_below_minimum(ctx)
+    if none_known:
         ctx.missing(rule.code, "package versions for QLoRA + FSDP", "--env snapshot.json")
     if not old:
         return
@@ -61,8 +53,8 @@ def qlora_fsdp_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
         "QLoRA with FSDP needs bitsandbytes >= 0.43.0, accelerate >= 0.28.0, transformers > "
         "4.38.2, trl > 0.7.11 and peft > 0.9.0 (FSDP shards the 4-bit weights through their "
         f"quant-storage dtype only from those releases on); too old here: "
-        f"{', '.join(t for _, t in old)}.",
-        fix="upgrade: pip install -U " + " ".join(p for p, _ in old))
+        f"{', '.join(f'{p} {v} ({where}; {need})' for p, v, where, need in old)}.",
+        fix="upgrade: pip install -U " + " ".join(p for p, *_ in old))
 
 
 def qlora_fsdp_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Finding]:
