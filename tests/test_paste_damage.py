@@ -215,3 +215,23 @@ def test_marked_up_real_log_keeps_its_labels(tmp_path, name, how):
 def test_normalize_peels_markup_and_collector_prefixes(raw, text, rank, host):
     seg = normalize(raw)
     assert (seg.text, seg.rank, seg.host) == (text, rank, host)
+
+
+# ---- the report says what was repaired ----------------------------------------------------------
+
+def test_report_excerpt_maps_repaired_lines_to_physical_ones(tmp_path):
+    from dsdoctor.render.issue_body import build_issue
+    from dsdoctor.render.issue_log import first_error_excerpt
+
+    sample = ROOT / "sample_logs" / "checkpoint_disk_full" / "train.log"
+    path = tmp_path / "train.log"
+    path.write_text(_interleave(sample.read_text(encoding="utf-8").split("\n")), encoding="utf-8")
+    ex = first_error_excerpt([str(path)])
+    assert ex is not None
+    assert "lines 182-183 are physical line 182 (several ranks' lines written into one line)" in (
+        ex.paste_note)
+    body = build_issue(target="deepspeed", report=None, logs=[str(path)], excerpt=ex).body
+    assert ex.paste_note in body
+    # an undamaged log's excerpt says nothing of the kind
+    plain = first_error_excerpt([str(sample)])
+    assert plain is not None and plain.paste_note == ""

@@ -327,3 +327,26 @@ def repair_paste(name: str, head: bytes, stream: BinaryIO, notes: list[str],
     if repairs is not None:
         repairs.extend(done)
     return io.BytesIO(text.encode("utf-8", errors="surrogateescape"))
+
+
+_SPLIT_WHAT = {"flattened": "a whole log pasted on one line",
+               "interleaved": "several ranks' lines written into one line"}
+
+
+def excerpt_note(repairs: list[Repair], first: int, last: int) -> str:
+    """What the repairs did to repaired lines ``first``..``last`` (an excerpt of the log), in
+    physical lines of the file as given; "" when the excerpt holds no repaired line."""
+    hits = [r for r in repairs if r.first <= last and r.last >= first]
+    if not hits:
+        return ""
+    parts = []
+    for r in hits[:3]:
+        if r.joined > 1:
+            parts.append(f"line {r.first} joins physical lines {r.physical}-{r.physical_last} "
+                         "(hard-wrapped)")
+        else:
+            parts.append(f"lines {r.first}-{r.last} are physical line {r.physical} "
+                         f"({_SPLIT_WHAT.get(r.kind, r.kind)})")
+    more = f"; {len(hits) - 3} more" if len(hits) > 3 else ""
+    return ("dsdoctor repaired paste damage before reading this log: " + "; ".join(parts) + more
+            + ". Line numbers are those of the repaired text.")

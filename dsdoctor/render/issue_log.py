@@ -15,6 +15,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dsdoctor.logs.paste import Repair, excerpt_note
 from dsdoctor.logs.reader import ANSI_RE, normalize, open_log
 from dsdoctor.redact import redact_secrets
 from dsdoctor.redact.redactor import drop_cut_tail
@@ -80,6 +81,8 @@ class LogExcerpt:
     # which code the failing run used, whatever the config given to dsdoctor says.
     deepspeed_frames: tuple[str, ...] = ()
     error_ranks: tuple[int, ...] = ()  # the ranks that printed the error line
+    # Paste damage repaired in the excerpt's lines (physical lines of the file as given).
+    paste_note: str = ""
 
     @property
     def deepspeed_in_traceback(self) -> bool:
@@ -87,12 +90,17 @@ class LogExcerpt:
 
 
 
-def _iter_raw(path: str) -> Generator[tuple[int, bytes], None, None]:
+def _iter_raw(path: str, repairs: list[Repair] | None = None
+              ) -> Generator[tuple[int, bytes], None, None]:
     """(line number, raw bytes) for each physical line, streamed, nothing decoded.
 
-    A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees.
+    A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees. Line
+    numbers are those of the repaired text when paste damage was repaired (``repairs`` gets
+    what was done).
     """
     log = open_log(path)
+    if repairs is not None:
+        repairs.extend(log.repairs)
     try:
         n = 0
         partial = False  # inside an overlong line: its remainder is not a new line
@@ -175,7 +183,8 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
 
 def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
     window: deque[tuple[int, bytes]] = deque(maxlen=_LOOKBACK)
-    it = _iter_raw(path)
+    repairs: list[Repair] = []
+    it = _iter_raw(path, repairs)
     collected: list[tuple[int, str, Any]] = []
     for item in it:
         n, piece = item
@@ -221,7 +230,10 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
     else:
         return None
     it.close()
-    return _dedupe(path, collected, closed, hit_line)
+    ex = _dedupe(path, collected, closed, hit_line)
+    if repairs and ex.lines:
+        ex = replace(ex, paste_note=excerpt_note(repairs, ex.lines[0].line, ex.lines[-1].line))
+    return ex
 
 
 def _tb_step(text: str, tb_open: bool, closed: bool) -> tuple[bool, bool]:
