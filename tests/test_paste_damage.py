@@ -207,10 +207,11 @@ def test_marked_up_real_log_keeps_its_labels(tmp_path, name, how):
     # a message's own backticks stay (only a pair around the whole line is markup)
     (b"ValueError: `--mixed_precision` arg cannot be set to `fp16`",
      "ValueError: `--mixed_precision` arg cannot be set to `fp16`", None, None),
+    # SageMaker smddp output, pacman100/accelerate-aws-sagemaker README (real job log)
     (b"[1,mpirank:0,algo-1]<stdout>:algo-1:79:1300 [0] NCCL INFO Launch mode Parallel",
      "algo-1:79:1300 [0] NCCL INFO Launch mode Parallel", 0, "algo-1"),
-    (b"2016-10-06T00:17:09.669794202Z stdout F The content of the log entry 1",
-     "The content of the log entry 1", None, None),
+    # the CRI log format's example in Grafana Loki's docs (promtail "cri" stage)
+    (b"2019-04-30T02:12:41.8443515Z stdout F message", "message", None, None),
 ])
 def test_normalize_peels_markup_and_collector_prefixes(raw, text, rank, host):
     seg = normalize(raw)

@@ -63,9 +63,11 @@ _RANK_PREFIXES = (
     re.compile(r"^[\w.-]+/\d+[ \t](?=\[(?:default|rank)\d+\]:)"),
     # Ray's log-collector prefix on every worker line: "(WorkerDict pid=12504, ip=10.0.0.1) ".
     re.compile(r"^\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\)(?:[ \t]|$)"),
-    # SageMaker's mpirun (smddp): "[1,mpirank:0,algo-1]<stderr>:" (rank and host).
+    # SageMaker's mpirun (smddp): "[1,mpirank:0,algo-1]<stderr>:" (rank and host; a real job log
+    # in pacman100/accelerate-aws-sagemaker's README).
     re.compile(r"^\[\d+,mpirank:(?P<rank>\d+),(?P<host>[\w.-]+)\]<std(?:out|err)>:[ \t]?"),
-    # Kubernetes CRI log files (kubectl logs of a node's file, Loki, Promtail): "<RFC 3339> stdout F ".
+    # Kubernetes CRI log files (a node's /var/log/pods, Loki/Promtail exports): "<RFC 3339> stdout F "
+    # (time, stream, F = full line or P = partial; Grafana Loki's docs of its "cri" stage).
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) std(?:out|err) [FP] "),
 )
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)

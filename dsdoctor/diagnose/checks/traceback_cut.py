@@ -12,6 +12,7 @@ It is reported only when nothing else in the log names what the run died on.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import PurePath
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding
@@ -77,7 +78,8 @@ def traceback_cut(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not cut:
         return
     first = cut[0]
-    where = ", ".join(f"{ev.file}:{ev.line}" + (f" (rank {ev.rank})" if ev.rank is not None else "")
+    where = ", ".join(f"{PurePath(ev.file).name}:{ev.line}"
+                      + (f" (rank {ev.rank})" if ev.rank is not None else "")
                       for ev in cut[:4])
     total = {fs.path: fs.lines for fs in ctx.files}.get(first.file)
     ends = f"the log ends at line {total}, inside it" if total else "the log ends inside it"
