@@ -152,6 +152,14 @@ def test_prefix_chains_are_not_cut(line):
     assert paste.interleaved_cuts(line) == []
 
 
+def test_mpirun_tagged_lines_written_into_one_are_cut():
+    # SageMaker smddp output (pacman100/accelerate-aws-sagemaker README), two ranks' lines joined
+    a = "[1,mpirank:0,algo-1]<stderr>:INFO:root:Reducer buckets have been rebuilt in this iteration."
+    b = "[1,mpirank:3,algo-1]<stderr>:INFO:root:Reducer buckets have been rebuilt in this iteration."
+    assert paste.interleaved_cuts(a + b) == [len(a)]
+    assert paste.interleaved_cuts(a) == []
+
+
 def test_rank_line_after_a_progress_bar_is_cut():
     # tests/data/real_logs_extra/nan-loss__faithdiff34-...: the bar and the traceback share a line
     line = ("Steps:   0%|▏          | 17/6000 [00:58<4:50:05,  2.91s/it, lr=0, noise_step_loss=nan]"

@@ -149,13 +149,15 @@ def split_line(line: str) -> list[str]:
     return _cut(line, [c for c in _starts(line) if c > 0])
 
 
-# A rank prefix: in the middle of a line it is another rank's line written into this one.
-_RANK_MARK_RE = re.compile(r"\[(?:rank|default)\d+\]:")
+# A rank prefix (torch's, torchrun's, mpirun's --tag-output incl. SageMaker's): in the middle of a
+# line it is another rank's line written into this one.
+_RANK_MARK = r"\[(?:rank|default)\d+\]:|\[\d+,(?:mpirank:)?\d+(?:,[\w.-]+)?\]<std(?:out|err)>:"
+_RANK_MARK_RE = re.compile(_RANK_MARK)
 # What may precede a rank prefix on its own line: other prefixes ("[default0]:[rank0]:",
 # "i.pretrain/0 [default2]:", "node-1: [rank3]:", "> [rank0]:", a viewer's "[80746] [rank0]:",
 # Ray's "(WorkerDict pid=1) [rank7]:").
 _PREFIX_CHAIN_RE = re.compile(
-    r"[ \t]*(?:(?:\[(?:rank|default)\d+\]:|[\w.-]+/\d+|[a-z][a-z0-9-]*[0-9][a-z0-9.-]*:|>|\[\d+\]"
+    rf"[ \t]*(?:(?:{_RANK_MARK}|[\w.-]+/\d+|[a-z][a-z0-9-]*[0-9][a-z0-9.-]*:|>|\[\d+\]"
     r"|\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\))[ \t]*)*")
 # A line that begins a log line of its own (never the continuation of a hard-wrapped one).
 _LINE_START_RE = re.compile(rf"[ \t]*(?:{_STRONG}|{_AFTER_SPACE})")
@@ -166,7 +168,7 @@ MIN_WRAPPED_LINES = 2
 
 def interleaved_cuts(line: str) -> list[int]:
     """Where another rank's line begins inside ``line`` (a rank prefix after other text)."""
-    if "]:" not in line:
+    if "]:" not in line and "]<std" not in line:
         return []
     cuts: list[int] = []
     piece_start = 0
@@ -257,7 +259,7 @@ def repair_text(text: str, width: int | None = None) -> tuple[str, list[Repair]]
         pieces = [line]
         if is_flattened(line):
             pieces, kind = split_line(line), "flattened"
-        elif "]:" in line:
+        elif "]:" in line or "]<std" in line:
             cuts = interleaved_cuts(line)
             if cuts:
                 pieces, kind = _cut(line, cuts), "interleaved"
@@ -275,7 +277,7 @@ def _head_damage(head: bytes) -> tuple[bool, int | None]:
         lines = lines[:-1]  # the head's last line is cut by the head's end
     split = any(
         (len(raw) >= MIN_FLATTENED_CHARS and is_flattened(raw)) or interleaved_cuts(raw)
-        for raw in lines if "]:" in raw or len(raw) >= MIN_FLATTENED_CHARS)
+        for raw in lines if "]:" in raw or "]<std" in raw or len(raw) >= MIN_FLATTENED_CHARS)
     return split, wrap_width(lines)
 
 
