@@ -71,3 +71,19 @@ def test_each_rank_judged_on_its_own(tmp_path):
     assert not _ds121(report)
     path.write_text("\n".join(r1[:3] + r0) + "\n", encoding="utf-8")
     assert _ds121(_report(path))
+
+
+def test_report_excerpt_names_the_cut_not_the_traceback_header(tmp_path):
+    from dsdoctor.render.issue_log import first_error_excerpt
+
+    lines = LVSM.read_text(encoding="utf-8").split("\n")
+    cut_at = next(i for i, ln in enumerate(lines) if ln.startswith("[rank0]: RuntimeError:"))
+    path = tmp_path / "cut.log"
+    path.write_text("\n".join(lines[:cut_at]) + "\n", encoding="utf-8")
+    ex = first_error_excerpt([str(path)])
+    assert ex is not None and ex.has_traceback and not ex.traceback_complete
+    assert ex.error.startswith("a traceback cut before its exception line (its last frame: File")
+    assert "grad_scaler.py" in ex.error
+    # the whole log still names its exception
+    full = first_error_excerpt([str(LVSM)])
+    assert full is not None and full.error.startswith("RuntimeError: unscale_()")

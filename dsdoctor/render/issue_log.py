@@ -297,6 +297,12 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
     if idx is None:
         idx = next((i for i, ln in enumerate(out) if ln.line == hit_line), 0)
     error = texts[idx].strip() if texts else ""
+    if has_tb and not complete and _TRACEBACK_RE.search(error):
+        # the excerpt's traceback has no exception line: say so, with where it stops, rather
+        # than quote "Traceback (most recent call last):" as the error
+        frames = [t.strip() for t in texts[idx:] if _FRAME_RE.search(t)]
+        error = "a traceback cut before its exception line" + (
+            f" (its last frame: {frames[-1]})" if frames else "")
     error_line = out[idx].line if out else 0
     ranks_at = out[idx].ranks if out else ()
     if not ranks_at and collected:
