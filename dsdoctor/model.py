@@ -39,6 +39,10 @@ SYMPTOM_KINDS: tuple[str, ...] = (
     "ssh-failure",  # a multi-node launch could not ssh to a node (pdsh, DeepSpeed's runner)
 )
 
+#: Facts that only mark where something is (tracebacks' first and last lines, for DS121): rules
+#: read them, reports leave them out (they state nothing about the run).
+MARKER_FACTS: tuple[str, ...] = ("traceback-start", "traceback-end")
+
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
 #: What became of the run (see diagnose/verdict.py). The first three are errors: exit 1.

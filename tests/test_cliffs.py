@@ -222,8 +222,8 @@ def test_report_excerpt_reads_only_the_lookback_window(tmp_path: Path, monkeypat
     real = issue_log._iter_raw
     yielded = {"n": 0}
 
-    def spy(path: str, start: int = 1):
-        for item in real(path, start):
+    def spy(path: str, start: int = 1, repairs=None):
+        for item in real(path, start, repairs):
             yielded["n"] += 1
             yield item
 
@@ -236,7 +236,7 @@ def test_report_excerpt_reads_only_the_lookback_window(tmp_path: Path, monkeypat
         assert ex is not None and ex.error_line == n and "OutOfMemoryError" in ex.error
         seen.append(yielded["n"])
         # the same excerpt as reading every line
-        monkeypatch.setattr(issue_log, "_iter_raw", lambda p, start=1: real(p, 1))
+        monkeypatch.setattr(issue_log, "_iter_raw", lambda p, start=1, repairs=None: real(p, 1, repairs))
         assert issue_log.first_error_excerpt([path], anchor=(path, n)) == ex
         monkeypatch.setattr(issue_log, "_iter_raw", spy)
     # before: every line of the log went through the line reader (20,000 then 40,000)

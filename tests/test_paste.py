@@ -120,7 +120,8 @@ def test_multi_line_real_logs_are_left_alone():
         if "flattened" in path.name:
             continue
         _, repairs = paste.repair_text(path.read_text(encoding="utf-8", errors="replace"))
-        assert not repairs, path.name
+        # (lines of several ranks glued into one are cut apart: tests/test_paste_damage.py)
+        assert not [r for r in repairs if r.kind != "interleaved"], path.name
 
 
 def test_logs_over_the_repair_cap_pass_unchanged(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dsdoctor.diagnose import problems, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import ProgressFn, ScanResult, scan_files
-from dsdoctor.model import SYMPTOM_KINDS, Report
+from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Report
 from dsdoctor.redact import redact_report
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
         symptoms=tuple(symptoms),
         findings=tuple(findings),
         timeline=tuple(scan.timeline),
-        facts=tuple(scan.facts),
+        facts=tuple(f for f in scan.facts if f.name not in MARKER_FACTS),
         inputs=dict(inputs or {}),
         notes=tuple(list(scan.notes) + list(notes)),
     )

@@ -220,6 +220,25 @@ def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
         rules=tuple(rules), symptoms=tuple(s.kind for s in g.symptoms))
 
 
+def _fold_requoted(groups: dict[str, _Group]) -> None:
+    """A bare symptom (no finding of its own) that only re-reads lines another cause already
+    quotes belongs to that cause: /dev/shm's "No space left on device" is shared memory, not a
+    second (disk) problem."""
+    for cause, g in list(groups.items()):
+        if g.findings or not g.symptoms:
+            continue
+        lines = {(e.file, e.line) for s in g.symptoms for e in s.evidence}
+        for other in groups.values():
+            if other is g or not other.findings:
+                continue
+            quoted = ({(e.file, e.line) for s in other.symptoms for e in s.evidence}
+                      | {(e.file, e.line) for f in other.findings for e in f.evidence})
+            if lines <= quoted:
+                other.symptoms.extend(g.symptoms)
+                del groups[cause]
+                break
+
+
 def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
           verdict: Verdict | None = None) -> tuple[Problem, ...]:
     """Problems, the one that decided the verdict first, then by severity; each finding once."""
@@ -248,6 +267,7 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
             target.findings.extend(groups.pop("exit").findings)
     if "exit" in groups and not groups["exit"].symptoms and not groups["exit"].findings:
         del groups["exit"]
+    _fold_requoted(groups)
     first = killer or next((c for c in ("exit", "loss-scale") if c in groups), None)
     ordered = sorted(groups.values(), key=lambda g: (
         g.cause != first,

@@ -285,6 +285,12 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
     if unjudged:  # a kind added to the formats after this module: never call that run healthy
         return verdict("unknown", f"the log shows {', '.join(unjudged)}, which the verdict does "
                        "not judge yet", *(symptoms[k] for k in unjudged))
+    cut = next((f for f in findings if f.name == "traceback-cut"), None)
+    if cut is not None:  # a traceback without its end: an exception was raised, which is unknown
+        where = f" (line {cut.evidence[0].line})" if cut.evidence else ""
+        return Verdict("unknown", "unknown: a traceback is cut before its exception line"
+                       f"{where}: the log does not show what the rank died on{steps}",
+                       cut.evidence[:3], progress.steps_done, progress.steps_skipped)
     trend = _loss_trend(timeline)
     if steps or trend:
         return verdict("healthy", f"no failure symptom in the log{steps}{trend}")

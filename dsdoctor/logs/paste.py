@@ -11,6 +11,14 @@ line: a config dump or a tqdm bar has one start, not dozens). Lines with ``\\r``
 bars, not flattened logs, and are left alone. Only the first 64 KiB decide (pastes are small), and
 only logs up to MAX_REPAIR_BYTES are rewritten; line numbers then refer to the repaired text, which
 the note added to the report says.
+
+Two more kinds of damage are repaired the same way (same limits, same note):
+- several ranks writing into one line (unbuffered stderr, or a paste that lost some newlines):
+  ``[rank0]: RuntimeError: ...[rank1]: Traceback (most recent call last):`` is cut before every
+  rank prefix that does not begin the line, so each rank's lines keep their rank;
+- a hard wrap at a fixed width (a terminal or a web form that wraps at 80 or 120 columns): when
+  many lines of the head are exactly as long as the longest one, each such line is joined to the
+  next one, unless that one starts a line of its own (a traceback frame, a timestamp, a rank).
 """
 
 from __future__ import annotations
@@ -75,11 +83,25 @@ _START_RE = re.compile(rf"(?:{_STRONG})|(?<=[\s)\]])(?:{_AFTER_SPACE})")
 
 @dataclass(frozen=True)
 class Repair:
-    """One physical line split back into ``pieces`` lines; ``first`` is its repaired number."""
+    """Physical lines ``physical``..+``joined``-1 became repaired lines ``first``..+``pieces``-1.
+
+    A split ("flattened", "interleaved") turns one physical line into several (joined == 1); a
+    rejoined hard wrap ("wrapped") turns several physical lines into one (pieces == 1).
+    """
 
     physical: int
     first: int
     pieces: int
+    joined: int = 1
+    kind: str = "flattened"
+
+    @property
+    def physical_last(self) -> int:
+        return self.physical + self.joined - 1
+
+    @property
+    def last(self) -> int:
+        return self.first + self.pieces - 1
 
 
 def _starts_and_kinds(line: str) -> tuple[list[int], Counter[str]]:
@@ -124,7 +146,41 @@ def is_flattened(line: str) -> bool:
 
 def split_line(line: str) -> list[str]:
     """The pieces of a flattened line, cut before every line start (the joining space dropped)."""
-    cuts = [c for c in _starts(line) if c > 0]
+    return _cut(line, [c for c in _starts(line) if c > 0])
+
+
+# A rank prefix (torch's, torchrun's, mpirun's --tag-output incl. SageMaker's): in the middle of a
+# line it is another rank's line written into this one.
+_RANK_MARK = r"\[(?:rank|default)\d+\]:|\[\d+,(?:mpirank:)?\d+(?:,[\w.-]+)?\]<std(?:out|err)>:"
+_RANK_MARK_RE = re.compile(_RANK_MARK)
+# What may precede a rank prefix on its own line: other prefixes ("[default0]:[rank0]:",
+# "i.pretrain/0 [default2]:", "node-1: [rank3]:", "> [rank0]:", a viewer's "[80746] [rank0]:",
+# Ray's "(WorkerDict pid=1) [rank7]:").
+_PREFIX_CHAIN_RE = re.compile(
+    rf"[ \t]*(?:(?:{_RANK_MARK}|[\w.-]+/\d+|[a-z][a-z0-9-]*[0-9][a-z0-9.-]*:|>|\[\d+\]"
+    r"|\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\))[ \t]*)*")
+# A line that begins a log line of its own (never the continuation of a hard-wrapped one).
+_LINE_START_RE = re.compile(rf"[ \t]*(?:{_STRONG}|{_AFTER_SPACE})")
+#: A hard wrap: at least this many lines exactly as long as the longest one (at least this wide).
+MIN_WRAP_WIDTH = 60
+MIN_WRAPPED_LINES = 2
+
+
+def interleaved_cuts(line: str) -> list[int]:
+    """Where another rank's line begins inside ``line`` (a rank prefix after other text)."""
+    if "]:" not in line and "]<std" not in line:
+        return []
+    cuts: list[int] = []
+    piece_start = 0
+    for m in _RANK_MARK_RE.finditer(line):
+        if m.start() == 0 or _PREFIX_CHAIN_RE.fullmatch(line, piece_start, m.start()):
+            continue  # the prefix chain that begins the line (or the piece)
+        cuts.append(m.start())
+        piece_start = m.start()
+    return cuts
+
+
+def _cut(line: str, cuts: list[int]) -> list[str]:
     pieces = []
     prev = 0
     for c in [*cuts, len(line)]:
@@ -135,52 +191,164 @@ def split_line(line: str) -> list[str]:
     return pieces or [line]
 
 
-def repair_text(text: str) -> tuple[str, list[Repair]]:
-    """The text with every flattened line split back into lines, and where that was done."""
+def _body(line: str) -> str:
+    return line[:-1] if line.endswith("\r") else line
+
+
+# A panel's right edge (rich tracebacks, tables): such lines are as wide as the panel by design.
+_BOX_EDGES = ("│", "┃", "║", "|", "╮", "╯", "┐", "┘", "+")
+_TOKEN_WITH_DIGIT_RE = re.compile(r"\w*\d\w*")
+
+
+def _shape(text: str) -> str:
+    """The text with every token that holds a digit (numbers, hex ids, pids) made one '#'."""
+    return _TOKEN_WITH_DIGIT_RE.sub("#", text)
+
+
+def _continues(line: str, nxt: str, width: int) -> bool:
+    """Whether ``nxt`` is the rest of ``line`` cut at ``width`` columns.
+
+    Not when ``line`` is shorter, a progress bar, a separator ("-----", "*****") or a panel's
+    line (rich tracebacks, tables), nor when
+    ``nxt`` starts a log line of its own or begins the way ``line`` begins (the next record of
+    the same logger: dmesg, a launcher's prefix).
+    """
+    if (len(line) != width or "\r" in line or not nxt.strip() or len(set(line.strip())) <= 2
+            or line.endswith(_BOX_EDGES)):
+        return False
+    return not _LINE_START_RE.match(nxt) and _shape(nxt[:10])[:6] != _shape(line[:10])[:6]
+
+
+def wrap_width(lines: list[str]) -> int | None:
+    """The column at which a paste was hard-wrapped, or None.
+
+    Evidence: at least MIN_WRAPPED_LINES different lines (a message repeated with other numbers
+    counts once) exactly as long as the longest line (progress bars aside: tqdm pads its bar to
+    the terminal's width), each followed by a line that continues it.
+    """
+    bodies = [_body(ln) for ln in lines]
+    width = max((len(b) for b in bodies if "\r" not in b), default=0)
+    if width < MIN_WRAP_WIDTH:
+        return None
+    if any(len(b) == width and b.endswith(_BOX_EDGES) for b in bodies):
+        return None  # a rich panel as wide as the terminal: rich wraps words, not columns
+    wrapped = {_shape(b) for b, nxt in zip(bodies, bodies[1:]) if _continues(b, nxt, width)}
+    return width if len(wrapped) >= MIN_WRAPPED_LINES else None
+
+
+def _joined(bodies: list[str], i: int, width: int | None) -> int:
+    """The index of the last physical line that continues line ``i`` (hard wrap)."""
+    j = i
+    while width is not None and j + 1 < len(bodies) and _continues(bodies[j], bodies[j + 1], width):
+        j += 1
+    return j
+
+
+def repair_text(text: str, width: int | None = None) -> tuple[str, list[Repair]]:
+    """The text with hard wraps at ``width`` joined back, flattened lines split back into lines
+    and lines of several ranks cut apart, and where that was done."""
     out: list[str] = []
     repairs: list[Repair] = []
-    for number, line in enumerate(text.split("\n"), 1):
+    physical = text.split("\n")
+    bodies = [_body(ln) for ln in physical] if width else physical
+    i = 0
+    while i < len(physical):
+        j = _joined(bodies, i, width)
+        line = "".join(bodies[i:j + 1]) if j > i else physical[i]
+        kind = "wrapped" if j > i else ""
+        pieces = [line]
         if is_flattened(line):
-            pieces = split_line(line)
-            if len(pieces) > 1:
-                repairs.append(Repair(number, len(out) + 1, len(pieces)))
-                out.extend(pieces)
-                continue
-        out.append(line)
+            pieces, kind = split_line(line), "flattened"
+        elif "]:" in line or "]<std" in line:
+            cuts = interleaved_cuts(line)
+            if cuts:
+                pieces, kind = _cut(line, cuts), "interleaved"
+        if kind and (len(pieces) > 1 or j > i):
+            repairs.append(Repair(i + 1, len(out) + 1, len(pieces), j - i + 1, kind))
+        out.extend(pieces)
+        i = j + 1
     return "\n".join(out), repairs
 
 
-def _head_has_flattened(head: bytes) -> bool:
-    for raw in head.split(b"\n"):
-        if len(raw) >= MIN_FLATTENED_CHARS and is_flattened(raw.decode("utf-8", "replace")):
-            return True
-    return False
+def _head_damage(head: bytes) -> tuple[bool, int | None]:
+    """(whether a line of the head needs a split, the hard-wrap width of the head or None)."""
+    lines = head.decode("utf-8", "replace").split("\n")
+    if len(head) >= 65536 and len(lines) > 1:
+        lines = lines[:-1]  # the head's last line is cut by the head's end
+    split = any(
+        (len(raw) >= MIN_FLATTENED_CHARS and is_flattened(raw)) or interleaved_cuts(raw)
+        for raw in lines if "]:" in raw or "]<std" in raw or len(raw) >= MIN_FLATTENED_CHARS)
+    return split, wrap_width(lines)
 
 
-def repair_note(name: str, repairs: list[Repair]) -> str:
-    """The note that says which physical lines were split and what line numbers mean now."""
-    shown = "; ".join(
-        f"physical line {r.physical} = lines {r.first}-{r.first + r.pieces - 1}"
-        for r in repairs[:3]
-    ) + ("; ..." if len(repairs) > 3 else "")
-    total = sum(r.pieces for r in repairs)
-    return (f"{name}: a whole log pasted on one line (newlines lost): split back into {total} "
-            f"lines before scanning; its line numbers refer to the repaired text ({shown})")
+def _shown(repairs: list[Repair]) -> str:
+    def one(r: Repair) -> str:
+        phys = (f"physical line {r.physical}" if r.joined == 1
+                else f"physical lines {r.physical}-{r.physical_last}")
+        return phys + (f" = lines {r.first}-{r.last}" if r.pieces > 1 else f" = line {r.first}")
+    return "; ".join(one(r) for r in repairs[:3]) + ("; ..." if len(repairs) > 3 else "")
 
 
-def repair_flattened(name: str, head: bytes, stream: BinaryIO, notes: list[str]) -> BinaryIO:
-    """``stream`` (whose first bytes are ``head``) with flattened lines split back into lines.
+def repair_note(name: str, repairs: list[Repair], width: int | None = None) -> str:
+    """The note that says which physical lines were split or joined and what line numbers mean
+    now (one sentence per kind of damage)."""
+    parts = []
+    flat = [r for r in repairs if r.kind == "flattened"]
+    if flat:
+        total = sum(r.pieces for r in flat)
+        parts.append(f"a whole log pasted on one line (newlines lost): split back into {total} "
+                     f"lines before scanning ({_shown(flat)})")
+    mixed = [r for r in repairs if r.kind == "interleaved"]
+    if mixed:
+        parts.append(f"lines of several ranks written into one line: cut before each rank prefix "
+                     f"({_shown(mixed)})")
+    wrapped = [r for r in repairs if r.joined > 1]
+    if wrapped:
+        parts.append(f"hard-wrapped at {width} columns: {len(wrapped)} wrapped lines joined back "
+                     f"({_shown(wrapped)})")
+    return f"{name}: " + "; ".join(parts) + "; its line numbers refer to the repaired text"
 
-    Unchanged (and not read) unless the head shows a flattened line; a log over
-    MAX_REPAIR_BYTES is passed on as it is. Adds a note when it repairs.
+
+def repair_paste(name: str, head: bytes, stream: BinaryIO, notes: list[str],
+                 repairs: list[Repair] | None = None) -> BinaryIO:
+    """``stream`` (whose first bytes are ``head``) with its paste damage repaired.
+
+    Unchanged (and not read) unless the head shows damage; a log over MAX_REPAIR_BYTES is passed
+    on as it is. Adds a note when it repairs, and the repairs to ``repairs`` when given.
     """
-    if not _head_has_flattened(head):
+    split, width = _head_damage(head)
+    if not split and width is None:
         return stream
     data = stream.read(MAX_REPAIR_BYTES + 1)
     if len(data) > MAX_REPAIR_BYTES:
         return io.BufferedReader(Chained(data, stream), 1 << 20)
-    text, repairs = repair_text(data.decode("utf-8", errors="surrogateescape"))
-    if not repairs:
+    text, done = repair_text(data.decode("utf-8", errors="surrogateescape"), width)
+    if not done:
         return io.BytesIO(data)
-    notes.append(repair_note(name, repairs))
+    notes.append(repair_note(name, done, width))
+    if repairs is not None:
+        repairs.extend(done)
     return io.BytesIO(text.encode("utf-8", errors="surrogateescape"))
+
+
+_SPLIT_WHAT = {"flattened": "a whole log pasted on one line",
+               "interleaved": "several ranks' lines written into one line"}
+
+
+def excerpt_note(repairs: list[Repair], first: int, last: int) -> str:
+    """What the repairs did to repaired lines ``first``..``last`` (an excerpt of the log), in
+    physical lines of the file as given; "" when the excerpt holds no repaired line."""
+    hits = [r for r in repairs if r.first <= last and r.last >= first]
+    if not hits:
+        return ""
+    parts = []
+    for r in hits[:3]:
+        if r.joined > 1:
+            parts.append(f"line {r.first} joins physical lines {r.physical}-{r.physical_last} "
+                         "(hard-wrapped)")
+        else:
+            parts.append(f"lines {r.first}-{r.last} are physical line {r.physical} "
+                         f"({_SPLIT_WHAT.get(r.kind, r.kind)})")
+    more = f"; {len(hits) - 3} more" if len(hits) > 3 else ""
+    return ("dsdoctor repaired paste damage before reading this log: " + "; ".join(parts) + more
+            + ". Line numbers are those of the repaired text.")

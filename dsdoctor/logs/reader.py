@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from dsdoctor.errors import UsageError
-from dsdoctor.logs.paste import repair_flattened
+from dsdoctor.logs.paste import Repair, repair_paste
 from dsdoctor.logs.streams import (
     Chained,
     Decompressed,
@@ -46,6 +46,11 @@ _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 _BINARY_CHAR_RE = re.compile(r"[\ufffd\x01-\x08\x0e-\x1a\x1c-\x1f]")
 # Markdown quote markers of pasted logs: "> ", ">> ", "> > ".
 _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
+# Markdown around a pasted line: "**RuntimeError: ...**", "`[rank0]: ...`", a fence glued to the
+# first line ("```python Traceback ...") or to the last ("...Error: ...```"). Only a pair of bold
+# or single backticks is peeled ("ValueError: `x` must be set" keeps its backticks).
+_MARKUP_RE = re.compile(r"^[ \t]*(?:```(?:[a-z][a-z0-9+-]*)?[ \t]+|```(?=\S)|(?P<pair>\*\*|`)(?=\S))")
+_FENCE_END_RE = re.compile(r"[ \t]*```[ \t]*$")
 # Rank prefixes added by launchers, peeled off so that one pattern serves every launcher.
 _RANK_PREFIXES = (
     re.compile(r"^\[rank(?P<rank>\d+)\]:[ \t]?"),  # torch >= 2.2 ([rank3]:)
@@ -58,12 +63,19 @@ _RANK_PREFIXES = (
     re.compile(r"^[\w.-]+/\d+[ \t](?=\[(?:default|rank)\d+\]:)"),
     # Ray's log-collector prefix on every worker line: "(WorkerDict pid=12504, ip=10.0.0.1) ".
     re.compile(r"^\((?:raylet|[A-Za-z_][\w.]*(?: pid=\d+)(?:, ip=[\w.-]+)?)\)(?:[ \t]|$)"),
+    # SageMaker's mpirun (smddp): "[1,mpirank:0,algo-1]<stderr>:" (rank and host; a real job log
+    # in pacman100/accelerate-aws-sagemaker's README).
+    re.compile(r"^\[\d+,mpirank:(?P<rank>\d+),(?P<host>[\w.-]+)\]<std(?:out|err)>:[ \t]?"),
+    # Kubernetes CRI log files (a node's /var/log/pods, Loki/Promtail exports): "<RFC 3339> stdout F "
+    # (time, stream, F = full line or P = partial; Grafana Loki's docs of its "cri" stage).
+    re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) std(?:out|err) [FP] "),
 )
 # Could any quote marker or prefix above start this text? One match instead of six per segment.
 # (tests/test_reader.py checks it against every prefix's examples)
 _ANY_PREFIX_RE = re.compile(
     r"[ \t]{0,3}>|\[(?:rank\d|default\d|\d+,\d+\]<std)|\d{1,5}:[ \t]|[a-z][a-z0-9.-]*:[ \t]"
-    r"|[\w.-]+/\d+[ \t]\[|\((?:raylet|[A-Za-z_][\w.]* pid=)")
+    r"|[\w.-]+/\d+[ \t]\[|\((?:raylet|[A-Za-z_][\w.]* pid=)|\[\d+,mpirank:|\d{4}-\d\d-\d\dT"
+    r"|[ \t]*(?:`|\*\*)")  # markdown a paste put around the line (_peel_markup)
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
@@ -97,18 +109,20 @@ def normalize(raw: bytes) -> Segment:
     rank: int | None = None
     host: str | None = None
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
-    for _ in range(4 if _ANY_PREFIX_RE.match(text) else 0):
+    for _ in range(4 if _ANY_PREFIX_RE.match(text) or text.endswith("```") else 0):
         before = text
         m = _QUOTE_RE.match(text)
         if m and m.end():
             text = text[m.end():]
+        if "`" in text or "*" in text:
+            text = _peel_markup(text)
         for pat in _RANK_PREFIXES:
             m = pat.match(text)
             if m:
                 gd = m.groupdict()
                 if gd.get("rank") is not None:
                     rank = int(gd["rank"])
-                elif gd.get("host"):
+                if gd.get("host"):
                     host = gd["host"]
                 text = text[m.end():]
                 break
@@ -117,6 +131,20 @@ def normalize(raw: bytes) -> Segment:
     if len(text) > MAX_SEGMENT_CHARS:
         text = text[:MAX_SEGMENT_CHARS]
     return Segment(text=text, rank=rank, host=host)
+
+
+def _peel_markup(text: str) -> str:
+    """The line without the markdown a paste put around it (bold, backticks, a glued fence)."""
+    m = _MARKUP_RE.match(text)
+    if m:
+        pair = m.group("pair")
+        if pair is None:
+            text = text[m.end():]
+        elif text.rstrip().endswith(pair) and len(text.rstrip()) > m.end() + len(pair):
+            text = text[m.end():len(text.rstrip()) - len(pair)]
+    if text.endswith("```") or text.rstrip().endswith("```"):
+        text = _FENCE_END_RE.sub("", text)
+    return text
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -135,6 +163,7 @@ class OpenedLog:
     compressed: bool
     encoding: str | None = None  # "utf-16" etc. when transcoded to UTF-8
     notes: list[str] = field(default_factory=list)  # what the wrappers had to drop, for the report
+    repairs: list[Repair] = field(default_factory=list)  # paste damage repaired (paste.py)
     _file: BinaryIO | None = None  # the file this opened (never standard input)
     rewritten: bool = False  # the text was repaired (paste.py): the stream is not the file's bytes
 
@@ -216,7 +245,7 @@ def open_log(path: str) -> OpenedLog:
         name = one_line(path)
         fh, size = _open_file(path)
         owned = fh
-    log = OpenedLog(name, fh, size, False, None, [], owned)
+    log = OpenedLog(name, fh, size, False, None, [], _file=owned)
     try:
         magic = read_up_to(fh, 8)
         stream: BinaryIO = io.BufferedReader(Chained(magic, fh))
@@ -239,9 +268,9 @@ def open_log(path: str) -> OpenedLog:
             log.notes.append(f"{name}: {encoding.upper()} text, read as such")
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
-        # A whole log pasted on one line (newlines lost) is split back into lines (paste.py).
+        # Paste damage (newlines lost, ranks mixed in one line, hard wraps) repaired (paste.py).
         buffered = log.stream
-        log.stream = repair_flattened(name, head, buffered, log.notes)
+        log.stream = repair_paste(name, head, buffered, log.notes, log.repairs)
         log.rewritten = log.stream is not buffered
     except BaseException:
         log.close()

@@ -95,6 +95,8 @@ def _excerpt_md(ex: LogExcerpt, name: str, red: Redactor) -> str:
         head += f"; {ex.duplicates_dropped} identical lines from other ranks dropped"
     head += ")"
     out = details(f"Log excerpt: {head}", fence("\n".join(rows)))
+    if ex.paste_note:
+        out += f"\n\n{ex.paste_note}"
     if ex.others:
         same = [Path(f).name for f, _, e in ex.others if e == ex.error]
         diff = [(Path(f).name, n, e) for f, n, e in ex.others if e != ex.error]

@@ -15,6 +15,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dsdoctor.logs.paste import Repair, excerpt_note
 from dsdoctor.logs.reader import ANSI_RE, normalize, open_log, skip_lines
 from dsdoctor.redact import redact_secrets
 from dsdoctor.redact.redactor import drop_cut_tail
@@ -80,6 +81,8 @@ class LogExcerpt:
     # which code the failing run used, whatever the config given to dsdoctor says.
     deepspeed_frames: tuple[str, ...] = ()
     error_ranks: tuple[int, ...] = ()  # the ranks that printed the error line
+    # Paste damage repaired in the excerpt's lines (physical lines of the file as given).
+    paste_note: str = ""
 
     @property
     def deepspeed_in_traceback(self) -> bool:
@@ -87,11 +90,18 @@ class LogExcerpt:
 
 
 
-def _iter_raw(path: str, start: int = 1) -> Generator[tuple[int, bytes], None, None]:
+def _iter_raw(path: str, start: int = 1, repairs: list[Repair] | None = None
+              ) -> Generator[tuple[int, bytes], None, None]:
     """(line number, raw bytes) for each physical line from line ``start``, streamed, nothing
-    decoded. A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees.
+    decoded.
+
+    A tqdm line holds many ``\\r`` redraws; only its last piece is what a reader sees. Line
+    numbers are those of the repaired text when paste damage was repaired (``repairs`` gets
+    what was done).
     """
     log = open_log(path)
+    if repairs is not None:
+        repairs.extend(log.repairs)
     try:
         # skipped by counting newlines in 1 MiB pieces: the error on line 10,000,000 is reached
         # at C speed, not through the line reader
@@ -177,8 +187,9 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
 
 def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
     window: deque[tuple[int, bytes]] = deque(maxlen=_LOOKBACK)
+    repairs: list[Repair] = []
     # a known error line: only its look-back window is read line by line
-    it = _iter_raw(path, max(1, want_line - _LOOKBACK) if want_line is not None else 1)
+    it = _iter_raw(path, max(1, want_line - _LOOKBACK) if want_line is not None else 1, repairs)
     collected: list[tuple[int, str, Any]] = []
     for item in it:
         n, piece = item
@@ -224,7 +235,10 @@ def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
     else:
         return None
     it.close()
-    return _dedupe(path, collected, closed, hit_line)
+    ex = _dedupe(path, collected, closed, hit_line)
+    if repairs and ex.lines:
+        ex = replace(ex, paste_note=excerpt_note(repairs, ex.lines[0].line, ex.lines[-1].line))
+    return ex
 
 
 def _tb_step(text: str, tb_open: bool, closed: bool) -> tuple[bool, bool]:
@@ -288,6 +302,12 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
     if idx is None:
         idx = next((i for i, ln in enumerate(out) if ln.line == hit_line), 0)
     error = texts[idx].strip() if texts else ""
+    if has_tb and not complete and _TRACEBACK_RE.search(error):
+        # the excerpt's traceback has no exception line: say so, with where it stops, rather
+        # than quote "Traceback (most recent call last):" as the error
+        frames = [t.strip() for t in texts[idx:] if _FRAME_RE.search(t)]
+        error = "a traceback cut before its exception line" + (
+            f" (its last frame: {frames[-1]})" if frames else "")
     error_line = out[idx].line if out else 0
     ranks_at = out[idx].ranks if out else ()
     if not ranks_at and collected:

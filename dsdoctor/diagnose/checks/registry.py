@@ -28,6 +28,7 @@ from dsdoctor.diagnose.checks import (
     script_loops,
     ssh,
     tf32,
+    traceback_cut,
     trainer,
     zero,
     zero3_buckets,
@@ -111,6 +112,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.zero3_init_flag,  # DS323
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
+    traceback_cut.traceback_cut,  # DS121
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
