@@ -51,8 +51,9 @@ _HOOK = re.compile(r"^[a-z_][a-z0-9_]*$")
 _SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
 _SOURCES = ("config", "accelerate", "env", "args", "model")
 _TESTS = ("equals", "in", "exists", "truthy", "gt", "ge", "lt", "le")
-_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "args", "ds_version",
-                 "expect", "note", "world_size"}
+#: ``launch`` is a shell launch script (run.sh, given with --script); ``script`` a Python one.
+_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "launch", "args",
+                 "ds_version", "expect", "note", "world_size"}
 _MISSING = object()
 
 HookFn = Callable[[Context, "Rule"], Iterable[Any]]
