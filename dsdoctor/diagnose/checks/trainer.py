@@ -23,10 +23,10 @@ from dsdoctor.diagnose.checks.common import (
     truthy_arg,
     version_tuple,
 )
+from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.diagnose.checks.runfacts import package_version, world_size, zero_stage
 from dsdoctor.facts import dskeys
 from dsdoctor.facts.context import Context
-from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.facts.run_sources import launches
 from dsdoctor.model import Finding
 
