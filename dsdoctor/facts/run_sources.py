@@ -193,9 +193,9 @@ def from_trainer_args(c: Candidates, ctx: Context) -> None:
             c.add("fsdp", True, src("fsdp"))
         if isinstance(args.get("deepspeed"), str):
             c.add("ds_config_path", args["deepspeed"], src("deepspeed"))
-        if _flag(args.get("use_peft")) or str(args.get("finetuning_type", "")).lower() in (
-                "lora", "qlora"):
-            c.add("peft", True, src("use_peft" if "use_peft" in args else "finetuning_type"))
+        peft_key = next((k for k in ("use_peft", "use_peft_lora") if _flag(args.get(k))), None)
+        if peft_key or str(args.get("finetuning_type", "")).lower() in ("lora", "qlora"):
+            c.add("peft", True, src(peft_key or "finetuning_type"))
         if _flag(args.get("load_in_4bit")) or _flag(args.get("use_4bit_quantization")) or \
                 as_int(args.get("quantization_bit")) == 4:
             key = next(k for k in ("load_in_4bit", "use_4bit_quantization", "quantization_bit")
