@@ -12,6 +12,7 @@ from typing import Any
 from dsdoctor.diagnose.checks import (
     accelerate_keys,
     bf16_numerics,
+    cluster_launch,
     config_keys,
     failures,
     fsdp_peft_wrap,
@@ -111,6 +112,8 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.zero3_init_flag,  # DS323
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
+    cluster_launch.slurm_tasks_per_node,  # DS229
+    cluster_launch.launcher_env_by_hand,  # DS230
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
