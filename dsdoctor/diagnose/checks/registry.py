@@ -18,6 +18,7 @@ from dsdoctor.diagnose.checks import (
     fsdp_peft_wrap,
     infra,
     memory,
+    offload_tuning,
     oom,
     optimizer,
     peft_offload,
@@ -114,6 +115,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
     cluster_launch.slurm_tasks_per_node,  # DS229
     cluster_launch.launcher_env_by_hand,  # DS230
+    offload_tuning.round_robin_gradients,  # DS231
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
