@@ -17,6 +17,7 @@ from dsdoctor.diagnose.checks import (
     failures,
     fsdp_peft_wrap,
     infra,
+    load_dtype,
     memory,
     offload_tuning,
     oom,
@@ -116,6 +117,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     cluster_launch.slurm_tasks_per_node,  # DS229
     cluster_launch.launcher_env_by_hand,  # DS230
     offload_tuning.round_robin_gradients,  # DS231
+    load_dtype.fp32_load_for_16bit_run,  # DS232
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
