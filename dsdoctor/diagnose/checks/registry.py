@@ -16,6 +16,7 @@ from dsdoctor.diagnose.checks import (
     config_keys,
     failures,
     fsdp_peft_wrap,
+    inference_fit,
     infra,
     load_dtype,
     memory,
@@ -118,6 +119,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     cluster_launch.launcher_env_by_hand,  # DS230
     offload_tuning.round_robin_gradients,  # DS231
     load_dtype.fp32_load_for_16bit_run,  # DS232
+    inference_fit.zero_inference_does_not_fit,  # DS233
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
