@@ -59,6 +59,9 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
     if "script" in example:
         (tmp / "train.py").write_text(example["script"], encoding="utf-8")
         scripts.append(str(tmp / "train.py"))
+    if "launch" in example:  # a shell launch script, as `--script run.sh`
+        (tmp / "run.sh").write_text(example["launch"], encoding="utf-8")
+        scripts.append(str(tmp / "run.sh"))
     logs = []
     if "log" in example:
         (tmp / "train.log").write_text(example["log"], encoding="utf-8")

@@ -46,8 +46,9 @@ _HOOK = re.compile(r"^[a-z_][a-z0-9_]*$")
 _SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
 _SOURCES = ("config", "accelerate", "env", "args", "model")
 _TESTS = ("equals", "in", "exists", "truthy", "gt", "ge", "lt", "le")
-_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "args", "ds_version",
-                 "expect", "note", "world_size"}
+#: ``launch`` is a shell launch script (run.sh, given with --script); ``script`` a Python one.
+_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "launch", "args",
+                 "ds_version", "expect", "note", "world_size"}
 _MISSING = object()
 
 HookFn = Callable[[Context, "Rule"], Iterable[Any]]
@@ -452,7 +453,23 @@ def evaluate(ctx: Context, rules: Iterable[Rule] | None = None, strict: bool = F
                 raise
             ctx.notes.append(f"{rule.code} could not run ({type(exc).__name__}: {exc}); this is "
                              "a dsdoctor bug, please report it with 'dsdoctor report'")
-    return sort_findings(out)
+    return sort_findings(_without_unexplained_exit(ctx, out))
+
+
+#: Rules whose claim is that nothing more specific explains the failure (DS113's title).
+_FALLBACK_RULES = ("rank-exited-nonzero",)
+
+
+def _without_unexplained_exit(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """Drop the fallback exit finding when another finding quotes the exception the rank died on
+    (DS216 quotes ZeRO's assertion, DS223 Transformers' tf32 refusal): that finding explains it."""
+    exc = ctx.symptom("python-exception")
+    if exc is None:
+        return findings
+    lines = {(e.file, e.line) for e in exc.evidence}
+    explained = any(f.name not in _FALLBACK_RULES and
+                    any((e.file, e.line) in lines for e in f.evidence) for f in findings)
+    return [f for f in findings if not (explained and f.name in _FALLBACK_RULES)]
 
 
 __all__ = ["Rule", "RuleError", "load_rules", "find_rule", "evaluate", "evaluate_rule",

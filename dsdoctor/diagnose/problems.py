@@ -33,7 +33,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion",)),
     ("offload-client-optimizer", ("offload-client-optimizer",), ("offload-with-client-optimizer",)),
     ("port-in-use", ("port-in-use",), ("port-in-use",)),
-    ("config-mismatch", ("config-mismatch",), ("trainer-deepspeed-mismatch-in-log",)),
+    ("config-mismatch", ("config-mismatch",), ("trainer-deepspeed-mismatch-in-log", "trainer-config-mismatch")),
     ("loss-scale", ("loss-scale-collapse", "fp16-overflow", "nan-loss", "loss-zero"),
      ("loss-scale-collapse", "nan-loss", "loss-stuck-at-zero", "fp16-overflow-warmup",
       "bf16-model-in-fp16")),

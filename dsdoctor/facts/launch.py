@@ -254,5 +254,33 @@ def read_launch_script(path: str, text: str) -> list[Launch]:
     return launches
 
 
+_SBATCH = re.compile(r"^#SBATCH\s+(--?[\w-]+)(?:[=\s]\s*(\S+))?")
+#: Launchers that start one process per GPU themselves (SLURM must start one of them per node).
+_SPAWNER = re.compile(r"(?<![-\w./])(?:torchrun|(?:python3?\s+-m\s+)?torch\.distributed\.(?:run|launch)|"
+                      r"accelerate\s+launch|deepspeed)\s")  # not --deepspeed, not ds.deepspeed
+
+
+def sbatch_options(text: str) -> dict[str, tuple[str, int]]:
+    """``#SBATCH`` options of a job script: name (``ntasks-per-node``, ``nodes``) -> (value, line).
+    Short forms are named as their long ones (``-N`` nodes, ``-n`` ntasks)."""
+    short = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-G": "gpus"}
+    out: dict[str, tuple[str, int]] = {}
+    for line, cmd in command_lines(text, keep_directives=True):
+        m = _SBATCH.match(cmd)
+        if m:
+            name = short.get(m.group(1), m.group(1).lstrip("-"))
+            out.setdefault(name, (m.group(2) or "", line))
+    return out
+
+
+def spawning_launch(text: str) -> tuple[int, str] | None:
+    """(line, command) of the first command that runs a per-node launcher (torchrun,
+    torch.distributed.run, accelerate launch, deepspeed), also inside ``srun bash -c '...'``."""
+    for line, cmd in command_lines(text):
+        if _SPAWNER.search(cmd + " "):
+            return line, cmd
+    return None
+
+
 __all__ = ["Launch", "command_lines", "is_shell_script", "parse_command", "read_launch_script",
-           "read_script_bytes", "split_words"]
+           "read_script_bytes", "sbatch_options", "spawning_launch", "split_words"]

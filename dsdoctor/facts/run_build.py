@@ -134,7 +134,7 @@ def _from_context(ctx: Context) -> _Candidates:
         ram = ctx.env_get("cpu.ram_total_bytes")
         c.add("cpu_ram_bytes", _int(ram),
               Source("env", ctx.env_source, None, "cpu.ram_total_bytes"))
-        for pkg in ("deepspeed", "torch", "transformers", "accelerate", "peft", "bitsandbytes"):
+        for pkg in ("deepspeed", "torch", "transformers", "accelerate", "peft", "bitsandbytes", "trl"):
             v = ctx.env_get(f"packages.{pkg}")
             if isinstance(v, str):
                 c.add(f"version:{pkg}", v, Source("env", ctx.env_source, None, f"packages.{pkg}"))

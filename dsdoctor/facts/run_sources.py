@@ -109,6 +109,38 @@ def from_launches(c: Candidates, ctx: Context) -> None:
                 dev = opt.get(f"{key}_device")
                 if dev in ("none", "cpu", "nvme"):
                     c.add(key, dev, src(f"--{key}_device"))
+        # A launch command alone only suggests the Trainer (inferred): the script or the log,
+        # when they say, are direct evidence and are used instead (run_build adds them).
+        why = trainer_evidence(la) if ctx.uses_trainer is None else ""
+        if why:
+            c.add("uses_trainer", True, src(why), "inferred")
+
+
+#: TrainingArguments options that hand-written loops (Transformers' *_no_trainer examples,
+#: DeepSpeed-Chat) do not take: two of them on one command line point at the Trainer.
+TRAINER_ONLY_OPTIONS = frozenset((
+    "do_train", "do_eval", "eval_strategy", "evaluation_strategy", "save_strategy",
+    "logging_strategy", "logging_steps", "log_level", "save_total_limit", "max_grad_norm",
+    "bf16", "fp16", "tf32", "remove_unused_columns", "warmup_ratio", "gradient_checkpointing",
+    "dataloader_num_workers", "optim", "fp16_opt_level", "load_best_model_at_end"))
+
+
+def trainer_evidence(la: Launch) -> str:
+    """Why this launch command points at the HF Trainer, or ''.
+
+    ``--deepspeed ds.json`` after the script is how TrainingArguments takes its DeepSpeed config
+    (DeepSpeed-Chat and ``deepspeed.add_config_arguments`` scripts pass a bare ``--deepspeed``
+    flag or ``--deepspeed_config``, so only a .json/.yaml value counts); options only
+    TrainingArguments has are the evidence under ``accelerate launch``.
+    """
+    path = la.ds_config
+    if la.launcher != "accelerate" and isinstance(path, str) \
+            and path.endswith((".json", ".yaml", ".yml")):
+        return f"passes --deepspeed {path} to the script"
+    own = sorted(TRAINER_ONLY_OPTIONS & set(la.script_options))
+    if len(own) >= 2:
+        return "passes TrainingArguments options " + ", ".join(f"--{k}" for k in own[:3])
+    return ""
 
 
 # ------------------------------------------------------------------------------ Trainer arguments
@@ -161,9 +193,9 @@ def from_trainer_args(c: Candidates, ctx: Context) -> None:
             c.add("fsdp", True, src("fsdp"))
         if isinstance(args.get("deepspeed"), str):
             c.add("ds_config_path", args["deepspeed"], src("deepspeed"))
-        if _flag(args.get("use_peft")) or str(args.get("finetuning_type", "")).lower() in (
-                "lora", "qlora"):
-            c.add("peft", True, src("use_peft" if "use_peft" in args else "finetuning_type"))
+        peft_key = next((k for k in ("use_peft", "use_peft_lora") if _flag(args.get(k))), None)
+        if peft_key or str(args.get("finetuning_type", "")).lower() in ("lora", "qlora"):
+            c.add("peft", True, src(peft_key or "finetuning_type"))
         if _flag(args.get("load_in_4bit")) or _flag(args.get("use_4bit_quantization")) or \
                 as_int(args.get("quantization_bit")) == 4:
             key = next(k for k in ("load_in_4bit", "use_4bit_quantization", "quantization_bit")
@@ -284,4 +316,4 @@ def from_frames(c: Candidates, ctx: Context) -> None:
 
 
 __all__ = ["Candidates", "as_int", "from_adapters", "from_banners", "from_frames", "from_launches",
-           "from_trainer_args", "launches", "truthy"]
+           "from_trainer_args", "launches", "trainer_evidence", "truthy"]

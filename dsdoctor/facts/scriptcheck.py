@@ -81,6 +81,7 @@ class ScriptFacts:
     generate_calls: tuple[GenerateCall, ...] = ()
     hf_ds_configs: tuple[HfDsConfig, ...] = ()
     from_pretrained: tuple[Site, ...] = ()  # model loads only (not tokenizers/configs)
+    from_pretrained_splat: tuple[Site, ...] = ()  # those passing **kwargs (dtype unknown)
     training_args: tuple[Site, ...] = ()
     trainers: tuple[Site, ...] = ()
     accelerators: tuple[Site, ...] = ()
@@ -205,6 +206,7 @@ def _facts(path: str, v: _Visitor) -> ScriptFacts:
     return ScriptFacts(
         path=path, generate_calls=tuple(v.generate), hf_ds_configs=tuple(v.hfds),
         from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
+        from_pretrained_splat=tuple(v.from_pretrained_splat),
         trainers=tuple(v.trainers), accelerators=tuple(v.accelerators),
         ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
         imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports,
@@ -384,6 +386,7 @@ class _Visitor(ast.NodeVisitor):
         self.generate: list[GenerateCall] = []
         self.hfds: list[HfDsConfig] = []
         self.from_pretrained: list[Site] = []
+        self.from_pretrained_splat: list[Site] = []
         self.training_args: list[Site] = []
         self.trainers: list[Site] = []
         self.accelerators: list[Site] = []
@@ -481,6 +484,8 @@ class _Visitor(ast.NodeVisitor):
             if not any(tag in receiver for tag in _NOT_MODELS):
                 site = self._site(node)
                 self.from_pretrained.append(site)
+                if any(k.arg is None for k in node.keywords):
+                    self.from_pretrained_splat.append(site)
                 if "PeftModel" in receiver:
                     self.uses_peft = True
                 self.dtypes.extend(DtypeUse(site, key,

@@ -4,8 +4,9 @@ host RAM (DS211), and whether CPU offload is on although the GPUs have room (DS2
 Both use DeepSpeed's own estimator arithmetic (``facts/estimate.py``: parameters, gradients and
 optimizer states of a full fine-tune with Adam in mixed precision). The figures leave out
 activations and temporary buffers, so a setup "fits" only with headroom left for them. PEFT/QLoRA
-runs train a small share of the parameters (the estimator would overstate them) and FSDP is not
-DeepSpeed: both are left alone. A log that already shows a GPU OOM is DS105's.
+runs train a small share of the parameters (the estimator would overstate them): DS211 gives them
+``peft_memory``'s figure (frozen base + adapters + activations, ZeRO or FSDP). A log that
+already shows a GPU OOM is DS105's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from dsdoctor.diagnose.checks.activations import ActivationEstimate, activation_estimate
 from dsdoctor.diagnose.checks.common import finding, gib, param_count
 from dsdoctor.diagnose.checks.memory import _gpus_per_node, usable_ram
+from dsdoctor.diagnose.checks.peft_memory import peft_setup_does_not_fit
 from dsdoctor.diagnose.checks.qlora import _uses_peft as uses_peft
 from dsdoctor.diagnose.checks.runfacts import (
     gpu_memory_bytes,
@@ -130,12 +132,16 @@ def _current(ctx: Context) -> _Setup | None:
 
 def setup_does_not_fit(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS211: the chosen stage/offload needs more GPU memory than one GPU has, before launch."""
-    cur = _current(ctx)
-    if cur is None:
-        return
     steps = ctx.run.value("steps_done")
     if isinstance(steps, int) and steps > 0:
         return  # the log shows training steps: the setup did fit
+    if uses_peft(ctx) or qlora(ctx).loaded_4bit:
+        if not ctx.has_symptom("gpu-oom"):  # an OOM the log shows is DS105's
+            yield from peft_setup_does_not_fit(ctx, rule)
+        return
+    cur = _current(ctx)
+    if cur is None:
+        return
     hw = _hardware(ctx, rule)
     if hw is None:
         return

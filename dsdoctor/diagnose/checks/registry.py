@@ -12,11 +12,15 @@ from typing import Any
 from dsdoctor.diagnose.checks import (
     accelerate_keys,
     bf16_numerics,
+    cluster_launch,
     config_keys,
     failures,
     fsdp_peft_wrap,
+    inference_fit,
     infra,
+    load_dtype,
     memory,
+    offload_tuning,
     oom,
     optimizer,
     peft_offload,
@@ -59,6 +63,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     infra.job_time_limit,  # DS118
     infra.checkpoint_error,  # DS119
     ssh.ssh_failure,  # DS120
+    traceback_cut.traceback_cut,  # DS121
     precision.bf16_model_in_fp16,  # DS201
     trainer.zero3_generate_without_synced_gpus,  # DS202
     memory.offload_exceeds_cpu_ram,  # DS203
@@ -87,6 +92,11 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     qlora_fsdp.qlora_fsdp_versions,  # DS226
     qlora_fsdp.qlora_fsdp_ram_efficient_loading,  # DS227
     qlora_fsdp.qlora_fsdp_offload_params,  # DS228
+    cluster_launch.slurm_tasks_per_node,  # DS229
+    cluster_launch.launcher_env_by_hand,  # DS230
+    offload_tuning.round_robin_gradients,  # DS231
+    load_dtype.fp32_load_for_16bit_run,  # DS232
+    inference_fit.zero_inference_does_not_fit,  # DS233
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303
@@ -112,7 +122,6 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.zero3_init_flag,  # DS323
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
-    traceback_cut.traceback_cut,  # DS121
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 

@@ -23,6 +23,7 @@ from dsdoctor.diagnose.checks.common import (
     truthy_arg,
     version_tuple,
 )
+from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.diagnose.checks.runfacts import package_version, world_size, zero_stage
 from dsdoctor.facts import dskeys
 from dsdoctor.facts.context import Context
@@ -300,10 +301,14 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 
 
 def _arg(ctx: Context, name: str) -> tuple[Any, bool]:
-    """(value, given explicitly) of a Trainer argument; the Trainer default when not given."""
+    """(value, given explicitly) of a Trainer argument; the Trainer default when not given.
+    The log's (or the analysis') arguments first, then a launch command's (``--script run.sh``)."""
     for key in (name, name.replace("_", "-")):
         if key in ctx.trainer_args:
             return ctx.trainer_args[key], True
+    given = run_arg(ctx, name)
+    if given is not None:
+        return given[0], True
     return TRAINER_DEFAULTS.get(name), False
 
 
@@ -360,19 +365,19 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
     return out
 
 
-def _trainer_from_launch(ctx: Context) -> str:
-    """Why a launch command alone says the HF Trainer runs, or ''.
+def _trainer_inferred(ctx: Context) -> str:
+    """Why the run model infers the HF Trainer from a launch command alone, or '' when a
+    stronger source says (or nothing does). See ``run_sources.trainer_evidence``."""
+    known = ctx.run.uses_trainer
+    if known is None or not known.value or known.confidence != "inferred" \
+            or known.source.kind != "launch":
+        return ""
+    return f"{known.source.location} {known.source.detail}"
 
-    ``--deepspeed ds.json`` after the script is how TrainingArguments takes its DeepSpeed
-    config; DeepSpeed-Chat and scripts using ``deepspeed.add_config_arguments`` pass a bare
-    ``--deepspeed`` flag or ``--deepspeed_config``, so only a .json/.yaml value counts.
-    """
-    for la in launches(ctx):
-        path = la.ds_config
-        if la.launcher != "accelerate" and isinstance(path, str) \
-                and path.endswith((".json", ".yaml", ".yml")):
-            return f"{la.location} passes --deepspeed {path} to the script"
-    return ""
+
+def _trainer_args_given(ctx: Context) -> bool:
+    """Some Trainer argument is stated: by the log, the analysis, or a launch command."""
+    return bool(ctx.trainer_args) or any(la.script_options for la in launches(ctx))
 
 
 def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -382,8 +387,8 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
     # default arguments can only be wrong.
     if ctx.ds_source == "log":
         return
-    inferred = _trainer_from_launch(ctx) if ctx.run.value("uses_trainer") is None else ""
-    if (ctx.run.value("uses_trainer") or inferred) and ctx.ds is not None and ctx.trainer_args:
+    inferred = _trainer_inferred(ctx)
+    if ctx.run.value("uses_trainer") and ctx.ds is not None and _trainer_args_given(ctx):
         for ds_key, hf_name, hf_val, explicit in _pairs(ctx):
             if not ctx.cfg_has(ds_key) or (inferred and not explicit):
                 continue  # inferred Trainer: compare only what the command line states
@@ -391,7 +396,10 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
             if ds_val == "auto" or ds_val is None or same_value(ds_val, hf_val):
                 continue
             shown = show_json(ds_val)
-            where = (f"--{hf_name.split(' ')[0]} {show_json(hf_val)}" if explicit else
+            stated = run_arg(ctx, hf_name.split(" ")[0]) if explicit else None
+            where = (f"--{hf_name.split(' ')[0]} {show_json(hf_val)} ({stated[1].split(' at ')[1]})"
+                     if stated and " at " in stated[1] else
+                     f"--{hf_name.split(' ')[0]} {show_json(hf_val)}" if explicit else
                      f"{hf_name} {show_json(hf_val)} (the Trainer's default: the command line does "
                      f"not set it)")
             text = (f"{ds_key} is {shown} in the config but the Trainer has {where}; "
@@ -414,10 +422,16 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
                 text += (f" (The Trainer is inferred: {inferred}. DeepSpeed-Chat-style scripts "
                          "take the same flags and ignore them for DeepSpeed; give --script "
                          "train.py to confirm.)")
+            # Accelerate's plugin passes "auto" for a key its YAML leaves out (the PEFT guide:
+            # set these on the command line, not in the Accelerate config).
+            fix = (f"delete {ds_key} from the Accelerate config (Accelerate then passes \"auto\" "
+                   f"and the Trainer fills in {hf_name}) or set it to {show_json(hf_val)}"
+                   if ctx.ds_source == "accelerate" else
+                   f"set {ds_key} from {shown} to \"auto\" (the Trainer fills in {hf_name}) or "
+                   f"to {show_json(hf_val)}")
             yield finding(
                 text, path=ds_key, severity="warning" if inferred or not explicit else "",
-                fix=f"set {ds_key} from {shown} to \"auto\" (the Trainer fills in {hf_name}) or "
-                    f"to {show_json(hf_val)}",
+                fix=fix,
                 change=None if inferred else change)
     # Accelerate: its mixed_precision must agree with the DeepSpeed config file it points to.
     acc = ctx.accelerate
@@ -449,8 +463,8 @@ def scheduler_type_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS214: the config's scheduler replaces an explicit, different --lr_scheduler_type."""
     if ctx.ds_source == "log" or ctx.ds is None:
         return
-    inferred = _trainer_from_launch(ctx) if ctx.run.value("uses_trainer") is None else ""
-    if not (ctx.run.value("uses_trainer") or inferred):
+    inferred = _trainer_inferred(ctx)
+    if not ctx.run.value("uses_trainer"):
         return
     ds_type = ctx.cfg_get("scheduler.type")
     hf_type, explicit = _arg(ctx, "lr_scheduler_type")
