@@ -228,7 +228,12 @@ def trainer_mismatch_in_log(ctx: Context, rule: Any) -> Iterator[Finding]:
         else:
             msg = (f"The Trainer refused the DeepSpeed config: {dk}={dv} in the config but "
                    f"{hk}={hv} from the Trainer arguments.")
-            fix = (f'Set {dk} to "auto" so the Trainer fills it from its arguments, or make '
+            # In an Accelerate config the key is deleted (its plugin then passes "auto"; the
+            # PEFT guide: set these on the command line), as DS311 says for the same pair.
+            fix = (f"Delete {dk} from the Accelerate config (Accelerate then passes \"auto\" and "
+                   f"the Trainer fills it from --{hk}), or make both say the same value."
+                   if ctx.ds_source == "accelerate" else
+                   f'Set {dk} to "auto" so the Trainer fills it from its arguments, or make '
                    f"both say the same value.")
         yield finding(msg, fix=fix, path=dk if dk and "|" not in dk else None, evidence=(e,))
     if not pairs:
