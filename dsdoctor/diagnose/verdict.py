@@ -218,9 +218,9 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         detail = f" ({code})" if code else ""
         tail = f" {ending}" if ending and kind != "cpu-oom" else ""
         who = _ranks(s) or "the run "
-        # steps counted in a training log say nothing about a failure in another file (a
-        # zero_to_fp32.py conversion, an install log) that prints no progress of its own
-        where = steps if any(p.file == s.first.file for p in timeline) else ""
+        # steps counted in a training log say nothing about a failure in another file that made
+        # no step of its own (a zero_to_fp32.py conversion, a resume that failed to load)
+        where = steps if any(p.file == s.first.file and p.step for p in timeline) else ""
         return verdict("failed", f"{who}{what}{detail}{where}{tail}".strip(), s, exit_sym)
 
     collapse = get("loss-scale-collapse")
