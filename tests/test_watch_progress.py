@@ -227,3 +227,26 @@ def test_only_the_last_ticks_of_a_read_are_parsed_and_each_bar_keeps_its_last():
     many = b"".join(b"\r" + first.text.replace("9/300", f"{n}/300").encode() for n in range(10, 60))
     ticks = find_ticks(many + b"\r" + SWIFT_TICK.replace(b"Train:", b""))
     assert [(t.n, t.total) for _, t in ticks] == [(59, 300), (1, 20)]
+
+
+def test_a_backlog_read_in_one_burst_gives_no_step_rate(tmp_path):
+    """A finished or long-running log opened with watch: its steps were read at once, so they
+    say nothing about the pace; the rate starts from the steps written while watching."""
+    clock = Clock()
+    path = tmp_path / "train.log"
+    path.write_text((DICT + "\n") * 30)
+    follower = Follower([str(path)], AnalysisInputs(), clock=clock)
+    for _ in range(3):  # several reads of the backlog, microseconds apart
+        clock.now += 0.002
+        follower.poll()
+    status = follower.stall.status()
+    assert status.progress_events == 30 and status.last is not None
+    assert status.steps_per_second is None and follower.stall.intervals() == []
+    for _ in range(3):  # live: one Trainer dict every 4 s
+        clock.now += 4.0
+        with open(path, "a") as fh:
+            fh.write(DICT + "\n")
+        follower.poll()
+        follower.poll()  # nothing new: the scanner's held-back last line is flushed
+    # 3 intervals of 4 s after the last backlog event (about 4 s after it, too)
+    assert follower.stall.steps_per_second() == pytest.approx(3 / 12, rel=0.01)

@@ -37,6 +37,7 @@ class Follower:
         self.tailers = [Tailer(p, inputs, from_start=from_start, scanner=self.scanner)
                         for p in self.paths]
         self.stall = StallDetector(stall_after, clock=clock, floor=floor)
+        self._caught_up = False
         self._changes: list[StallChange] = []
         self.series = LiveSeries()
         self._lock = threading.Lock()
@@ -83,6 +84,9 @@ class Follower:
             read |= t.poll()
         if not read:
             self.flush()
+            if not self._caught_up:  # the end of every log reached for the first time
+                self._caught_up = True
+                self.stall.caught_up()
         if self._lines() != before:
             change = self.stall.activity()
             if change:

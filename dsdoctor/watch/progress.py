@@ -119,6 +119,16 @@ class StallDetector:
         self._last_activity = now
         return self._resume(now)
 
+    def caught_up(self) -> None:
+        """The backlog already in the logs has been read: the events read so far came in one
+        burst, so their spacing says nothing about the run's pace. Only the last one is kept (it
+        is still the last progress); the rate and the adaptive threshold start from live events."""
+        if self._marks:
+            last = self._marks[-1]
+            self._marks.clear()
+            self._marks.append(last)
+        self._intervals.clear()
+
     def _resume(self, now: float) -> StallChange | None:
         if self._stalled_at is None:
             return None
