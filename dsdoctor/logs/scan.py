@@ -253,6 +253,7 @@ class Scanner:
         items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
+        symptom = [not p.is_timeline and not p.is_fact for p in patterns]
         for off, idx, *rest in items:
             if rest:  # a sampled timeline point: (offset, pattern index, segment, values)
                 seg, values = rest
@@ -292,11 +293,16 @@ class Scanner:
             rank = values.get("rank")
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
-            # the whole segment's text: the aggregator cuts only the evidence it keeps
-            ev = Evidence(file=name, line=line, text=seg.text, rank=rank)
-            self._emit(pat, ev, values)
+            # the whole segment's text: the aggregator cuts only the evidence it keeps, and
+            # makes an Evidence only for a line it keeps (most of a million hits are counted)
+            if symptom[idx]:
+                self.symptoms.add_hit(pat.emits, pat.id, pat.strength, name, line, seg.text,
+                                      rank, values)
+            else:
+                self._emit(pat, Evidence(file=name, line=line, text=seg.text, rank=rank), values)
             if on_event is not None:
-                on_event(pat.emits, finished(ev), values)
+                on_event(pat.emits, finished(Evidence(file=name, line=line, text=seg.text,
+                                                      rank=rank)), values)
         if cut > pos:
             line += count(b"\n", pos, cut)
         elif pos > cut:  # a timeline window that starts before cut may end after it
