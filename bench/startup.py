@@ -47,7 +47,9 @@ def main() -> int:
         "analyze (this tree)": (analyze, base),
     }
     if a.code:
-        runs["analyze (--code)"] = (analyze, dict(base, PYTHONPATH=os.path.abspath(a.code)))
+        # -P: otherwise ``-m`` finds the working directory's dsdoctor first
+        runs["analyze (--code)"] = ([analyze[0], "-P", *analyze[1:]],
+                                    dict(base, PYTHONPATH=os.path.abspath(a.code)))
     for cmd, env in runs.values():
         timed(cmd, env)  # bytecode and the data cache written once
     walls: dict[str, list[float]] = {k: [] for k in runs}
