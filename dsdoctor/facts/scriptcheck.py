@@ -18,11 +18,11 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.loopcalls import LoopCalls, LoopCallsSeen
 from dsdoctor.facts.scriptnames import (
-    _Bindings,
-    _BindingsSeen,
-    _dotted,
-    _dtype_literal,
-    _makes_inputs,
+    Bindings,
+    BindingsSeen,
+    dotted,
+    dtype_literal,
+    makes_inputs,
 )
 from dsdoctor.safeio import read_bounded
 
@@ -291,9 +291,9 @@ class _Visitor(ast.NodeVisitor):
         self.training_arg_values: list[tuple[str, Any, int]] = []
         self.quant_4bit: list[Site] = []
         self._kept: set[int] = set()  # id() of Call nodes whose value is stored
-        self._seen = _BindingsSeen()
+        self._seen = BindingsSeen()
         self.loops = LoopCallsSeen(self.lines)
-        self.bindings = _Bindings({}, set(), set())  # set by resolve(), after the whole script
+        self.bindings = Bindings({}, set(), set())  # set by resolve(), after the whole script
         # facts that depend on a binding, resolved once the whole script is seen: (index in
         # self.generate, the ``**`` values) and (index in self.dtypes, the dtype expression)
         self._kwargs_of: list[tuple[int, list[ast.expr]]] = []
@@ -332,7 +332,7 @@ class _Visitor(ast.NodeVisitor):
                 self.generate[i] = replace(self.generate[i], has_kwargs=True)
         for i, expr in self._dtype_of:
             self.dtypes[i] = replace(self.dtypes[i],
-                                     value=_dtype_literal(expr, self.bindings.dtypes))
+                                     value=dtype_literal(expr, self.bindings.dtypes))
         self._kwargs_of.clear()
         self._dtype_of.clear()
 
@@ -355,7 +355,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:  # class MyTrainer(Trainer): the Trainer drives the run
-            if _dotted(base).split(".")[-1] in _TRAINER_CLASSES:
+            if dotted(base).split(".")[-1] in _TRAINER_CLASSES:
                 self.trainers.append(self._site(node))
         self._scoped(node, node.name)
 
@@ -414,7 +414,7 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         self._seen.call(node)
         self.loops.call(node)
-        callee = _dotted(node.func)
+        callee = dotted(node.func)
         last = callee.split(".")[-1] if callee else ""
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if isinstance(node.func, ast.Attribute) and node.func.attr == "generate":
@@ -434,7 +434,7 @@ class _Visitor(ast.NodeVisitor):
         elif last == "HfDeepSpeedConfig":
             self.hfds.append(HfDsConfig(self._site(node), id(node) in self._kept))
         elif last == "from_pretrained" and isinstance(node.func, ast.Attribute):
-            receiver = _dotted(node.func.value)
+            receiver = dotted(node.func.value)
             if not any(tag in receiver for tag in _NOT_MODELS):
                 site = self._site(node)
                 self.from_pretrained.append(site)
@@ -448,7 +448,7 @@ class _Visitor(ast.NodeVisitor):
                 if lit is not _NOT_LITERAL:
                     self.training_arg_values.append((key, lit, getattr(value, "lineno", node.lineno)))
         elif last in _PARSE_METHODS and isinstance(node.func, ast.Attribute) \
-                and (_dotted(node.func.value) in self._ta_parsers
+                and (dotted(node.func.value) in self._ta_parsers
                      or (isinstance(node.func.value, ast.Call) and _is_ta_parser(node.func.value))):
             # HfArgumentParser((..., TrainingArguments)).parse_*(): TrainingArguments made here
             self.training_args.append(self._site(node))
@@ -482,7 +482,7 @@ class _Visitor(ast.NodeVisitor):
         """``**inputs`` bound only to a tokenizer/processor output or a data batch."""
         if isinstance(value, ast.Name):
             return value.id in self.bindings.inputs and value.id not in self.bindings.sync_dicts
-        return _makes_inputs(value)
+        return makes_inputs(value)
 
 
 _PARSE_METHODS = {"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict"}
@@ -490,11 +490,11 @@ _PARSE_METHODS = {"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_
 
 def _is_ta_parser(call: ast.Call) -> bool:
     """``HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))`` or one class."""
-    if _dotted(call.func).split(".")[-1] != "HfArgumentParser" or not call.args:
+    if dotted(call.func).split(".")[-1] != "HfArgumentParser" or not call.args:
         return False
     first = call.args[0]
     classes = first.elts if isinstance(first, (ast.Tuple, ast.List)) else [first]
-    return any(_dotted(c).split(".")[-1] in _TRAINING_ARGS for c in classes)
+    return any(dotted(c).split(".")[-1] in _TRAINING_ARGS for c in classes)
 
 
 __all__ = ["ScriptFacts", "Site", "GenerateCall", "HfDsConfig", "DtypeUse", "check_script",

@@ -9,19 +9,19 @@ import ast
 from dataclasses import dataclass
 
 
-def _dotted(node: ast.AST) -> str:
+def dotted(node: ast.AST) -> str:
     """``a.b.c`` for Name/Attribute chains, the callee name for calls, else ''."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
+        base = dotted(node.value)
         return f"{base}.{node.attr}" if base else node.attr
     if isinstance(node, ast.Call):
-        return _dotted(node.func)
+        return dotted(node.func)
     return ""
 
 
-def _dtype_literal(node: ast.AST, names: dict[str, str] | None = None) -> str | None:
+def dtype_literal(node: ast.AST, names: dict[str, str] | None = None) -> str | None:
     """'bfloat16' for torch.bfloat16 / "bfloat16" / torch.bf16-like spellings, else None.
 
     ``names`` resolves a variable the script assigns one literal dtype (``quant_storage_dtype =
@@ -35,9 +35,9 @@ def _dtype_literal(node: ast.AST, names: dict[str, str] | None = None) -> str | 
     elif isinstance(node, ast.Name) and names is not None:
         return names.get(node.id)
     elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and node.values:
-        return _dtype_literal(node.values[0], names)
-    elif isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) == 2 \
-            and _dotted(node.args[0]) == "torch" and isinstance(node.args[1], ast.Constant) \
+        return dtype_literal(node.values[0], names)
+    elif isinstance(node, ast.Call) and dotted(node.func) == "getattr" and len(node.args) == 2 \
+            and dotted(node.args[0]) == "torch" and isinstance(node.args[1], ast.Constant) \
             and isinstance(node.args[1].value, str):
         name = node.args[1].value
     else:
@@ -55,7 +55,7 @@ _INPUT_MAKERS = ("tokenizer", "tokenize", "processor", "encode", "collator", "ap
 
 
 @dataclass(frozen=True)
-class _Bindings:
+class Bindings:
     """What the script binds to plain names, whatever the order of the statements.
 
     ``dtypes``: names assigned one literal dtype everywhere (a name also assigned anything else
@@ -69,8 +69,8 @@ class _Bindings:
     sync_dicts: set[str]
 
 
-class _BindingsSeen:
-    """Collects :class:`_Bindings` from the nodes the visit passes (each node once), so that one
+class BindingsSeen:
+    """Collects :class:`Bindings` from the nodes the visit passes (each node once), so that one
     parse serves both: the facts that depend on a binding are resolved after the whole script."""
 
     def __init__(self) -> None:
@@ -84,10 +84,10 @@ class _BindingsSeen:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
             if isinstance(t, ast.Name):
-                self.dtype_values.setdefault(t.id, set()).add(_dtype_literal(node.value))
+                self.dtype_values.setdefault(t.id, set()).add(dtype_literal(node.value))
                 self.input_like[t.id] = self.input_like.get(t.id, True) \
-                    and _makes_inputs(node.value)
-                if _mentions_synced_gpus(node.value):
+                    and makes_inputs(node.value)
+                if mentions_synced_gpus(node.value):
                     self.sync.add(t.id)
             elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
                     and isinstance(t.slice, ast.Constant) and t.slice.value == "synced_gpus":
@@ -101,28 +101,28 @@ class _BindingsSeen:
 
     def call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Attribute) and node.func.attr == "update" \
-                and isinstance(node.func.value, ast.Name) and _mentions_synced_gpus(node):
+                and isinstance(node.func.value, ast.Name) and mentions_synced_gpus(node):
             self.sync.add(node.func.value.id)
 
-    def result(self) -> _Bindings:
+    def result(self) -> Bindings:
         dtypes = {k: next(iter(v)) for k, v in self.dtype_values.items()
                   if len(v) == 1 and None not in v}
-        return _Bindings({k: v for k, v in dtypes.items() if v in _DTYPE_NAMES},
+        return Bindings({k: v for k, v in dtypes.items() if v in _DTYPE_NAMES},
                          {k for k, ok in self.input_like.items() if ok}, self.sync)
 
 
-def _makes_inputs(value: ast.AST) -> bool:
+def makes_inputs(value: ast.AST) -> bool:
     """``tokenizer(...)``, ``tokenizer(...).to(device)``, ``processor(images=...)``."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
             and value.func.attr in ("to", "cuda"):
         value = value.func.value
     if not isinstance(value, ast.Call):
         return False
-    callee = _dotted(value.func).lower()
+    callee = dotted(value.func).lower()
     return any(m in callee for m in _INPUT_MAKERS)
 
 
-def _mentions_synced_gpus(node: ast.AST) -> bool:
+def mentions_synced_gpus(node: ast.AST) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, ast.Constant) and sub.value == "synced_gpus":
             return True
