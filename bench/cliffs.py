@@ -264,6 +264,9 @@ def main() -> int:
     env = dict(os.environ)
     if a.code:
         env["PYTHONPATH"] = os.path.abspath(a.code)
+        # -P: without it, ``-m`` puts the working directory first on sys.path, and run from a
+        # checkout that directory's dsdoctor, not --code's, is the one measured
+        exe = [sys.executable, "-P", "-m", "dsdoctor"]
     rows = []
     for name in a.only.split(","):
         suffix, _writer, build, per_format = CLIFFS[name]

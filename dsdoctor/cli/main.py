@@ -11,16 +11,17 @@ from dsdoctor import __version__
 from dsdoctor.errors import UsageError
 from dsdoctor.safeio import SafeStdout, one_line
 
-# Modules exposing ``register(subparsers)``, in the order ``--help`` lists them.
-COMMAND_MODULES = (
-    "dsdoctor.cli.analyze",
-    "dsdoctor.cli.env",
-    "dsdoctor.cli.report",
-    "dsdoctor.cli.watch",
-    "dsdoctor.cli.rules",
-    "dsdoctor.cli.estimate",
-    "dsdoctor.cli.issue_template",
-)
+# Modules exposing ``register(subparsers)``, in the order ``--help`` lists them, by command name.
+COMMANDS = {
+    "analyze": "dsdoctor.cli.analyze",
+    "env": "dsdoctor.cli.env",
+    "report": "dsdoctor.cli.report",
+    "watch": "dsdoctor.cli.watch",
+    "rules": "dsdoctor.cli.rules",
+    "estimate": "dsdoctor.cli.estimate",
+    "issue-template": "dsdoctor.cli.issue_template",
+}
+COMMAND_MODULES = tuple(COMMANDS.values())
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,7 +32,11 @@ class _Parser(argparse.ArgumentParser):
                   if " " in self.prog else f"dsdoctor: error: {message} (see 'dsdoctor --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; given the command line ``argv`` whose first word names a
+    command, of that command only: the others' modules (and what they import: the environment
+    renderer, the estimator, the issue form...) are not imported (start-up, issue 13)."""
+    chosen = COMMANDS.get(argv[0]) if argv else None
     parser = _Parser(
         prog="dsdoctor",
         description="Diagnose DeepSpeed / Transformers / Accelerate training runs from their logs, "
@@ -39,13 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dsdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMAND_MODULES:
+    for name in (chosen,) if chosen else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -11,18 +11,24 @@ run (which is what makes ``"auto"`` legal in a DeepSpeed config). Every fact car
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dsdoctor.errors import UsageError
+from dsdoctor.facts.loopcalls import LoopCalls, LoopCallsSeen
+from dsdoctor.facts.scriptnames import (
+    Bindings,
+    BindingsSeen,
+    dotted,
+    dtype_literal,
+    makes_inputs,
+)
 from dsdoctor.safeio import read_bounded
 
 MAX_SCRIPT_BYTES = 8 * 2**20
-# Above this, a script is parsed in pieces of top-level statements, twice (names first, then the
-# facts), so that only one piece's syntax tree is alive at a time: the tree of a whole 7 MB
-# script took 1.1 GB.
+# Above this, a script is parsed in pieces of top-level statements, each once, so that only one
+# piece's syntax tree is alive at a time: the tree of a whole 7 MB script took 1.1 GB.
 CHUNKED_SOURCE_BYTES = 1 << 20
 _CHUNK_CHARS = 256 << 10
 # a line at column 0 starting with one of these continues the statement before it
@@ -93,6 +99,7 @@ class ScriptFacts:
     # literal keyword values of TrainingArguments(...)-like calls: (argument, value, line)
     training_arg_values: tuple[tuple[str, Any, int], ...] = ()
     quant_4bit: tuple[Site, ...] = ()  # load_in_4bit=True (BitsAndBytesConfig, from_pretrained)
+    loop_calls: LoopCalls | None = None  # for DS220/DS221, found in the same visit
 
     # ------------------------------------------------------------------ derived facts
     @property
@@ -148,6 +155,7 @@ class ScriptFacts:
         from dataclasses import asdict
 
         d = asdict(self)
+        del d["loop_calls"]  # read by checks, not a fact of its own
         d.update(uses_trainer=self.uses_trainer, uses_accelerate=self.uses_accelerate,
                  uses_deepspeed=self.uses_deepspeed)
         return d
@@ -194,7 +202,6 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
             from None
     v = _Visitor(source if isinstance(source, str) else source.decode("utf-8", "replace"))
     try:
-        v.bindings = _Bindings.of(tree)
         v.visit(tree)
     except RecursionError:
         raise UsageError(f"{path}: nested too deeply to analyze; pass the training script") \
@@ -203,6 +210,7 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
 
 
 def _facts(path: str, v: _Visitor) -> ScriptFacts:
+    v.resolve()
     return ScriptFacts(
         path=path, generate_calls=tuple(v.generate), hf_ds_configs=tuple(v.hfds),
         from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
@@ -210,7 +218,8 @@ def _facts(path: str, v: _Visitor) -> ScriptFacts:
         trainers=tuple(v.trainers), accelerators=tuple(v.accelerators),
         ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
         imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports,
-        training_arg_values=tuple(v.training_arg_values), quant_4bit=tuple(v.quant_4bit))
+        training_arg_values=tuple(v.training_arg_values), quant_4bit=tuple(v.quant_4bit),
+        loop_calls=v.loops.result(path))
 
 
 def _chunks(text: str) -> list[tuple[int, str]]:
@@ -238,137 +247,18 @@ def _check_in_chunks(source: str | bytes, path: str) -> ScriptFacts | None:
         if not source.isascii():
             return None  # a coding cookie or UTF-8 text: the whole-file parse decodes it
         source = source.decode("ascii")
-    pieces = _chunks(source)
-
-    def trees() -> Iterator[ast.AST]:
-        for first, text in pieces:
-            # blank lines in front keep the line numbers of the whole file
-            yield ast.parse("\n" * first + text, filename=path)
-
     v = _Visitor(source)
     try:
-        v.bindings = _Bindings.of_trees(trees())
-        for tree in trees():
-            v.visit(tree)
+        for first, text in _chunks(source):
+            # blank lines in front keep the line numbers of the whole file
+            v.visit(ast.parse("\n" * first + text, filename=path))
             v._kept.clear()  # ids of a freed tree's nodes may come back in the next one
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return _facts(path, v)
 
 
-def _dotted(node: ast.AST) -> str:
-    """``a.b.c`` for Name/Attribute chains, the callee name for calls, else ''."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else node.attr
-    if isinstance(node, ast.Call):
-        return _dotted(node.func)
-    return ""
-
-
-def _dtype_literal(node: ast.AST, names: dict[str, str] | None = None) -> str | None:
-    """'bfloat16' for torch.bfloat16 / "bfloat16" / torch.bf16-like spellings, else None.
-
-    ``names`` resolves a variable the script assigns one literal dtype (``quant_storage_dtype =
-    torch.bfloat16``), ``x or torch.float32`` takes ``x`` when it resolves (a dtype is truthy),
-    and ``getattr(torch, "bfloat16")`` reads its literal name.
-    """
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        name = node.value
-    elif isinstance(node, ast.Attribute):
-        name = node.attr
-    elif isinstance(node, ast.Name) and names is not None:
-        return names.get(node.id)
-    elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) and node.values:
-        return _dtype_literal(node.values[0], names)
-    elif isinstance(node, ast.Call) and _dotted(node.func) == "getattr" and len(node.args) == 2 \
-            and _dotted(node.args[0]) == "torch" and isinstance(node.args[1], ast.Constant) \
-            and isinstance(node.args[1].value, str):
-        name = node.args[1].value
-    else:
-        return None
-    name = name.removeprefix("torch.")
-    return {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
-            "float": "float32"}.get(name, name)
-
-
 _NOT_LITERAL = object()
-_DTYPE_NAMES = {"bfloat16", "float16", "float32", "float64", "uint8", "int8"}
-
-# Calls whose result is a model's input batch (a tokenizer's BatchEncoding, a processor's output):
-# ``generate(**inputs)`` with such a dict cannot carry ``synced_gpus``.
-_INPUT_MAKERS = ("tokenizer", "tokenize", "processor", "encode", "collator", "apply_chat_template")
-
-
-@dataclass
-class _Bindings:
-    """What the script binds to plain names, read in one pass before the visit (order-free).
-
-    ``dtypes``: names assigned one literal dtype everywhere (a name also assigned anything else
-    is left out: its value depends on the path taken). ``inputs``: names only ever bound to
-    a tokenizer/processor output or a loop over batches. ``sync_dicts``: names a ``synced_gpus``
-    key is put into (a dict display, ``dict(synced_gpus=...)``, ``d["synced_gpus"] = ...``).
-    """
-
-    dtypes: dict[str, str]
-    inputs: set[str]
-    sync_dicts: set[str]
-
-    @classmethod
-    def of(cls, tree: ast.AST) -> _Bindings:
-        return cls.of_trees([tree])
-
-    @classmethod
-    def of_trees(cls, trees: Iterable[ast.AST]) -> _Bindings:
-        """The bindings of a module given as the trees of its pieces (see _chunks)."""
-        dtype_values: dict[str, set[str | None]] = {}
-        input_like: dict[str, bool] = {}
-        sync: set[str] = set()
-        for node in (n for tree in trees for n in ast.walk(tree)):
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    if isinstance(t, ast.Name):
-                        dtype_values.setdefault(t.id, set()).add(_dtype_literal(node.value))
-                        input_like[t.id] = input_like.get(t.id, True) and _makes_inputs(node.value)
-                        if _mentions_synced_gpus(node.value):
-                            sync.add(t.id)
-                    elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
-                            and isinstance(t.slice, ast.Constant) and t.slice.value == "synced_gpus":
-                        sync.add(t.value.id)
-            elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
-                # for batch in dataloader: a data batch, never generation options
-                input_like[node.target.id] = input_like.get(node.target.id, True)
-                dtype_values.setdefault(node.target.id, set()).add(None)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr == "update" and isinstance(node.func.value, ast.Name) \
-                    and _mentions_synced_gpus(node):
-                sync.add(node.func.value.id)
-        dtypes = {k: next(iter(v)) for k, v in dtype_values.items() if len(v) == 1 and None not in v}
-        return cls({k: v for k, v in dtypes.items() if v in _DTYPE_NAMES},
-                   {k for k, ok in input_like.items() if ok}, sync)
-
-
-def _makes_inputs(value: ast.AST) -> bool:
-    """``tokenizer(...)``, ``tokenizer(...).to(device)``, ``processor(images=...)``."""
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
-            and value.func.attr in ("to", "cuda"):
-        value = value.func.value
-    if not isinstance(value, ast.Call):
-        return False
-    callee = _dotted(value.func).lower()
-    return any(m in callee for m in _INPUT_MAKERS)
-
-
-def _mentions_synced_gpus(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Constant) and sub.value == "synced_gpus":
-            return True
-        if isinstance(sub, ast.keyword) and sub.arg == "synced_gpus":
-            return True
-    return False
 
 
 def _literal(node: ast.AST) -> Any:
@@ -377,6 +267,12 @@ def _literal(node: ast.AST) -> Any:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return _NOT_LITERAL
+
+
+# Nodes with nothing below them that any visit method or binding looks at: the visit does not
+# descend into them (names, literals and operators are most of a script's nodes).
+_LEAVES = (ast.Name, ast.expr_context, ast.operator, ast.unaryop, ast.cmpop,
+           ast.boolop, ast.alias)
 
 
 class _Visitor(ast.NodeVisitor):
@@ -398,9 +294,50 @@ class _Visitor(ast.NodeVisitor):
         self.training_arg_values: list[tuple[str, Any, int]] = []
         self.quant_4bit: list[Site] = []
         self._kept: set[int] = set()  # id() of Call nodes whose value is stored
-        self.bindings = _Bindings({}, set(), set())
+        self._seen = BindingsSeen()
+        self.loops = LoopCallsSeen(self.lines)
+        self.bindings = Bindings({}, set(), set())  # set by resolve(), after the whole script
+        # facts that depend on a binding, resolved once the whole script is seen: (index in
+        # self.generate, the ``**`` values) and (index in self.dtypes, the dtype expression)
+        self._kwargs_of: list[tuple[int, list[ast.expr]]] = []
+        self._dtype_of: list[tuple[int, ast.expr]] = []
+        self._methods: dict[type, Any] = {}
         # names bound to HfArgumentParser(...) objects whose dataclasses include TrainingArguments
         self._ta_parsers: set[str] = set()
+
+    # ----------------------------------------------------------------------- traversal
+    # NodeVisitor's own visit/generic_visit look the method up by name for every node and walk
+    # every field through iter_fields: over a 7 MB script that walk was most of the time.
+    def visit(self, node: ast.AST) -> None:
+        kind = type(node)
+        method = self._methods.get(kind)
+        if method is None:
+            method = self._methods[kind] = getattr(self, "visit_" + kind.__name__,
+                                                   self.generic_visit)
+        method(node)
+
+    def generic_visit(self, node: ast.AST) -> None:
+        visit = self.visit
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST) and not isinstance(item, _LEAVES):
+                        visit(item)
+            elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+                visit(value)
+
+    def resolve(self) -> None:
+        """Fill in the facts that depend on what names are bound to, anywhere in the script."""
+        self.bindings = self._seen.result()
+        for i, values in self._kwargs_of:
+            if any(not self._plain_inputs(value) for value in values):
+                self.generate[i] = replace(self.generate[i], has_kwargs=True)
+        for i, expr in self._dtype_of:
+            self.dtypes[i] = replace(self.dtypes[i],
+                                     value=dtype_literal(expr, self.bindings.dtypes))
+        self._kwargs_of.clear()
+        self._dtype_of.clear()
 
     # ----------------------------------------------------------------------- helpers
     def _site(self, node: ast.AST) -> Site:
@@ -421,7 +358,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for base in node.bases:  # class MyTrainer(Trainer): the Trainer drives the run
-            if _dotted(base).split(".")[-1] in _TRAINER_CLASSES:
+            if dotted(base).split(".")[-1] in _TRAINER_CLASSES:
                 self.trainers.append(self._site(node))
         self._scoped(node, node.name)
 
@@ -441,14 +378,23 @@ class _Visitor(ast.NodeVisitor):
             self._kept.add(id(value))
 
     def visit_Assign(self, node: ast.Assign) -> None:
+        self._seen.assign(node)
+        self.loops.assign(node)
         self._mark_kept(node.value)
         if isinstance(node.value, ast.Call) and _is_ta_parser(node.value):
             self._ta_parsers.update(t.id for t in node.targets if isinstance(t, ast.Name))
         self.generic_visit(node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._seen.assign(node)
         self._mark_kept(node.value)
         self.generic_visit(node)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor) -> None:
+        self._seen.loop(node)
+        self.generic_visit(node)
+
+    visit_AsyncFor = visit_For  # type: ignore[assignment]
 
     def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
         self._mark_kept(node.value)
@@ -460,13 +406,20 @@ class _Visitor(ast.NodeVisitor):
                 self._mark_kept(item.context_expr)
         self.generic_visit(node)
 
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.loops.name(node)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        self.loops.name(node)
+
     # ----------------------------------------------------------------------- calls
     def visit_Call(self, node: ast.Call) -> None:
-        callee = _dotted(node.func)
+        self._seen.call(node)
+        self.loops.call(node)
+        callee = dotted(node.func)
         last = callee.split(".")[-1] if callee else ""
         kw = {k.arg: k.value for k in node.keywords if k.arg}
-        # ``**x`` may carry synced_gpus unless x is known to be a tokenizer output / data batch
-        has_kwargs = any(k.arg is None and not self._plain_inputs(k.value) for k in node.keywords)
         if isinstance(node.func, ast.Attribute) and node.func.attr == "generate":
             sg = kw.get("synced_gpus")
             val: bool | str | None
@@ -476,11 +429,15 @@ class _Visitor(ast.NodeVisitor):
                 val = sg.value
             else:
                 val = "expr"
-            self.generate.append(GenerateCall(self._site(node), val, has_kwargs))
+            # ``**x`` may carry synced_gpus unless x is known to be a tokenizer output / data
+            # batch: decided by resolve(), once every binding of x is known
+            self._kwargs_of.append((len(self.generate),
+                                    [k.value for k in node.keywords if k.arg is None]))
+            self.generate.append(GenerateCall(self._site(node), val, False))
         elif last == "HfDeepSpeedConfig":
             self.hfds.append(HfDsConfig(self._site(node), id(node) in self._kept))
         elif last == "from_pretrained" and isinstance(node.func, ast.Attribute):
-            receiver = _dotted(node.func.value)
+            receiver = dotted(node.func.value)
             if not any(tag in receiver for tag in _NOT_MODELS):
                 site = self._site(node)
                 self.from_pretrained.append(site)
@@ -488,9 +445,7 @@ class _Visitor(ast.NodeVisitor):
                     self.from_pretrained_splat.append(site)
                 if "PeftModel" in receiver:
                     self.uses_peft = True
-                self.dtypes.extend(DtypeUse(site, key,
-                                            _dtype_literal(kw[key], self.bindings.dtypes))
-                                   for key in ("torch_dtype", "dtype") if key in kw)
+                self._dtypes_of(site, kw, ("torch_dtype", "dtype"))
         elif last in _TRAINING_ARGS:
             self.training_args.append(self._site(node))
             for key, value in kw.items():
@@ -498,7 +453,7 @@ class _Visitor(ast.NodeVisitor):
                 if lit is not _NOT_LITERAL:
                     self.training_arg_values.append((key, lit, getattr(value, "lineno", node.lineno)))
         elif last in _PARSE_METHODS and isinstance(node.func, ast.Attribute) \
-                and (_dotted(node.func.value) in self._ta_parsers
+                and (dotted(node.func.value) in self._ta_parsers
                      or (isinstance(node.func.value, ast.Call) and _is_ta_parser(node.func.value))):
             # HfArgumentParser((..., TrainingArguments)).parse_*(): TrainingArguments made here
             self.training_args.append(self._site(node))
@@ -517,17 +472,22 @@ class _Visitor(ast.NodeVisitor):
                 last in ("BitsAndBytesConfig", "from_pretrained"):
             self.quant_4bit.append(self._site(node))
         if last == "BitsAndBytesConfig":
-            self.dtypes.extend(DtypeUse(self._site(node), key,
-                                       _dtype_literal(kw[key], self.bindings.dtypes))
-                               for key in ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype")
-                               if key in kw)
+            self._dtypes_of(self._site(node), kw,
+                            ("bnb_4bit_quant_storage", "bnb_4bit_compute_dtype"))
         self.generic_visit(node)
+
+    def _dtypes_of(self, site: Site, kw: dict[str, ast.expr], keys: tuple[str, ...]) -> None:
+        """The dtypes passed as ``keys``; a name's dtype is read by resolve()."""
+        for key in keys:
+            if key in kw:
+                self._dtype_of.append((len(self.dtypes), kw[key]))
+                self.dtypes.append(DtypeUse(site, key, None))
 
     def _plain_inputs(self, value: ast.AST) -> bool:
         """``**inputs`` bound only to a tokenizer/processor output or a data batch."""
         if isinstance(value, ast.Name):
             return value.id in self.bindings.inputs and value.id not in self.bindings.sync_dicts
-        return _makes_inputs(value)
+        return makes_inputs(value)
 
 
 _PARSE_METHODS = {"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_file", "parse_dict"}
@@ -535,11 +495,11 @@ _PARSE_METHODS = {"parse_args_into_dataclasses", "parse_json_file", "parse_yaml_
 
 def _is_ta_parser(call: ast.Call) -> bool:
     """``HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))`` or one class."""
-    if _dotted(call.func).split(".")[-1] != "HfArgumentParser" or not call.args:
+    if dotted(call.func).split(".")[-1] != "HfArgumentParser" or not call.args:
         return False
     first = call.args[0]
     classes = first.elts if isinstance(first, (ast.Tuple, ast.List)) else [first]
-    return any(_dotted(c).split(".")[-1] in _TRAINING_ARGS for c in classes)
+    return any(dotted(c).split(".")[-1] in _TRAINING_ARGS for c in classes)
 
 
 __all__ = ["ScriptFacts", "Site", "GenerateCall", "HfDsConfig", "DtypeUse", "check_script",

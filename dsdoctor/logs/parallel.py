@@ -121,9 +121,9 @@ class ExtremesAggregator(SymptomAggregator):
         super().__init__()
         self.extremes: dict[tuple[str, str], list[Any]] = {}
 
-    def add(self, kind: str, pattern_id: str, strength: int, ev: Evidence,
-            values: dict[str, Any]) -> None:
-        super().add(kind, pattern_id, strength, ev, values)
+    def add_hit(self, kind: str, pattern_id: str, strength: int, file: str, line: int,
+                text: str, rank: int | None, values: dict[str, Any]) -> None:
+        super().add_hit(kind, pattern_id, strength, file, line, text, rank, values)
         for name, val in values.items():
             if name == "rank" or isinstance(val, bool) or not isinstance(val, (int, float)):
                 continue
@@ -172,6 +172,7 @@ def _scan_one(job: tuple[int, str, int, int, int, int, int]) -> RangeResult:
     newlines, scanned, last = scanner._scan_range(name, PositionedReader(fd, start), size, False,
                                                   None, start=start, stop=stop, mark=mark)
     agg = scanner.symptoms
+    agg.settle()
     return RangeResult(newlines, scanned, last, agg._state, agg._seq, agg.extremes,
                        scanner.timeline.adds, scanner.facts.adds, scanner.notes,
                        scanner._huge_skipped)
@@ -237,6 +238,7 @@ def merge_symptoms(agg: SymptomAggregator, part: RangeResult, shift: int) -> Non
     """Fold a later range's symptoms into ``agg`` as if its events had followed in one process
     (see SymptomAggregator.add: first/last, the first three, the three strongest with the
     earliest winning ties, the first evidence of each rank, value statistics)."""
+    agg.settle()  # a last line kept as a tuple is older than the part's
     seq0 = agg._seq
     for kind, b in part.states.items():
         strongest = [(s, q - seq0, _moved(ev, shift)) for s, q, ev in b.strongest]

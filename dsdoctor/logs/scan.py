@@ -14,6 +14,7 @@ import itertools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from dsdoctor.errors import UsageError
@@ -250,12 +251,14 @@ class Scanner:
         line = base_line
         count = buf.count
         # hits and timeline samples in one pass of newline counting
-        items = heapq.merge(hits, samples, key=lambda t: t[0]) if samples else hits
+        items = heapq.merge(hits, samples, key=_OFFSET) if samples else hits
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
-        for off, idx, *rest in items:
-            if rest:  # a sampled timeline point: (offset, pattern index, segment, values)
-                seg, values = rest
+        symptom = [not p.is_timeline and not p.is_fact for p in patterns]
+        for item in items:
+            off, idx = item[0], item[1]
+            if len(item) > 2:  # a sampled timeline point: (offset, pattern index, segment, values)
+                seg, values = item[2], item[3]
                 if off > pos:
                     line += count(b"\n", pos, off)
                     pos = off
@@ -283,20 +286,25 @@ class Scanner:
             else:
                 seg = normalize(bytes(buf[seg_start:seg_end]))
                 last_seg = (seg_start, seg_end, seg)
-            following: list[str] = []
             if pat.join_next:
-                following = _next_lines(buf, line_end, pat.join_next, have)
-            values = pat.match_lines(seg.text, following)
+                values = pat.match_lines(seg.text, _next_lines(buf, line_end, pat.join_next, have))
+            else:
+                values = pat.match(seg.text)  # what match_lines does without lines to join
             if values is None:
                 continue
             rank = values.get("rank")
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
-            # the whole segment's text: the aggregator cuts only the evidence it keeps
-            ev = Evidence(file=name, line=line, text=seg.text, rank=rank)
-            self._emit(pat, ev, values)
+            # the whole segment's text: the aggregator cuts only the evidence it keeps, and
+            # makes an Evidence only for a line it keeps (most of a million hits are counted)
+            if symptom[idx]:
+                self.symptoms.add_hit(pat.emits, pat.id, pat.strength, name, line, seg.text,
+                                      rank, values)
+            else:
+                self._emit(pat, Evidence(file=name, line=line, text=seg.text, rank=rank), values)
             if on_event is not None:
-                on_event(pat.emits, finished(ev), values)
+                on_event(pat.emits, finished(Evidence(file=name, line=line, text=seg.text,
+                                                      rank=rank)), values)
         if cut > pos:
             line += count(b"\n", pos, cut)
         elif pos > cut:  # a timeline window that starts before cut may end after it
@@ -388,6 +396,9 @@ class Scanner:
             taken.add((k, idx))
             out.append((windows[k][0] + ls - starts[k], idx, seg, values))
         return out, mark  # windows and their candidates come in offset order
+
+
+_OFFSET = itemgetter(0)
 
 
 def _segment_at(buf, off: int, have: int, line: tuple[int, int] | None = None

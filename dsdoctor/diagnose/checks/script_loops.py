@@ -1,95 +1,27 @@
 """Training-loop calls in a script that bypass Accelerate (DS220) or save an FSDP model in shards
 that from_pretrained cannot load (DS221).
 
-The script is read as an AST (never imported or run). Names are followed one step: the variable a
-script binds to ``Accelerator(...)`` is "the accelerator", so ``accelerator.backward(loss)`` is
-told apart from ``loss.backward()``.
+The calls are read from the script's AST (never imported or run) by facts/loopcalls.py, in
+scriptcheck's one visit of it.
 """
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding
 from dsdoctor.facts.context import Context
+from dsdoctor.facts.loopcalls import LoopCalls, loop_calls
 from dsdoctor.model import Evidence, Finding
 
 
-@dataclass(frozen=True)
-class LoopCalls:
-    """The calls of one script that DS220/DS221 look at, each as (line, source text)."""
-
-    path: str
-    accelerators: tuple[str, ...]  # names bound to Accelerator(...)
-    prepares: tuple[tuple[int, str], ...]  # <accelerator>.prepare(...)
-    bare_backward: tuple[tuple[int, str], ...]  # x.backward() on a loss, not the accelerator
-    acc_backward: tuple[tuple[int, str], ...]  # <accelerator>.backward(loss)
-    save_model: tuple[tuple[int, str], ...]  # trainer.save_model(...)
-    full_state_dict: tuple[tuple[int, str], ...]  # a FULL_STATE_DICT switch before saving
-
-
-def _callee(node: ast.Call) -> tuple[str | None, str | None]:
-    """(object name, method) of ``obj.method(...)``; (None, name) for ``name(...)``."""
-    f = node.func
-    if isinstance(f, ast.Attribute):
-        base = f.value
-        while isinstance(base, ast.Attribute):  # trainer.accelerator.backward -> "accelerator"
-            if base.attr == "accelerator":
-                return "accelerator", f.attr
-            base = base.value
-        return (base.id if isinstance(base, ast.Name) else None), f.attr
-    if isinstance(f, ast.Name):
-        return None, f.id
-    return None, None
-
-
-def loop_calls(path: str, text: str) -> LoopCalls | None:
-    """The script's loop calls, or None when it does not parse (DS-wide: scriptcheck reports it)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    lines = text.splitlines()
-
-    def src(node: ast.AST) -> tuple[int, str]:
-        n = getattr(node, "lineno", 0)
-        return n, (lines[n - 1].strip()[:160] if 0 < n <= len(lines) else "")
-
-    accs: set[str] = {"accelerator"}  # trainer.accelerator, and the usual name
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            _, name = _callee(node.value)
-            if name == "Accelerator":
-                accs.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    prepares, bare, acc_bw, saves, full = [], [], [], [], []
-    for node in ast.walk(tree):
-        if ((isinstance(node, ast.Constant) and node.value == "FULL_STATE_DICT")
-                or (isinstance(node, ast.Attribute) and node.attr == "FULL_STATE_DICT")):
-            full.append(src(node))
-        if not isinstance(node, ast.Call):
-            continue
-        obj, meth = _callee(node)
-        if meth == "prepare" and obj in accs:
-            prepares.append(src(node))
-        elif meth == "backward":
-            if obj in accs:
-                acc_bw.append(src(node))
-            elif not node.args and isinstance(node.func, ast.Attribute):
-                bare.append(src(node))
-        elif meth == "save_model" and obj is not None and obj not in accs:
-            saves.append(src(node))
-    return LoopCalls(path, tuple(sorted(accs)), tuple(sorted(prepares)), tuple(sorted(bare)),
-                     tuple(sorted(acc_bw)), tuple(sorted(saves)), tuple(sorted(full)))
-
-
 def _scripts(ctx: Context) -> Iterator[LoopCalls]:
+    seen = {sf.path: sf.loop_calls for sf in ctx.scripts}  # found by scriptcheck's one parse
     for path, text in ctx.script_sources.items():
         if not path.endswith(".py") and "import " not in text:
             continue
-        calls = loop_calls(path, text)
+        calls = seen.get(path) or loop_calls(path, text)
         if calls is not None:
             yield calls
 
