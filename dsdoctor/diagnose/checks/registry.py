@@ -20,6 +20,7 @@ from dsdoctor.diagnose.checks import (
     infra,
     load_dtype,
     memory,
+    node_local_storage,
     nvme_storage,
     offload_tuning,
     oom,
@@ -124,6 +125,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
     nvme_storage.nvme_path_not_on_nvme,  # DS234
+    node_local_storage.zero_shards_on_other_nodes,  # DS235
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
