@@ -65,7 +65,7 @@ def _during_training(tree: ast.AST) -> list[tuple[ast.Call, str]]:
 
 def fp32_recovery_during_training(ctx: Context, rule: Any) -> Iterator[Finding]:
     total, _, src = param_count(ctx)
-    size = (f" (for this model {gib(total * 4)} ({src}) per calling process)" if total else "")
+    size = (f" ({gib(total * 4)} for this model, {src}, in each calling process)" if total else "")
     for path, text in ctx.script_sources.items():
         if not any(r in text for r in RECOVERY):
             continue

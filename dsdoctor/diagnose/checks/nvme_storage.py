@@ -27,7 +27,7 @@ _VERDICTS = {
     "network": ("warning", "a network filesystem",
                 "every parameter/optimizer swap crosses the network, far below a local NVMe "
                 "drive's ~3 GB/s, and all ranks of the node share that link"),
-    "hdd": ("warning", "a rotational disk (HDD)",
+    "hdd": ("warning", "a rotational disk (HDD) by the kernel's queue/rotational flag",
             "a spinning disk reads ~0.2 GB/s against a local NVMe drive's ~3.5 GB/s: every step "
             "waits on the swap"),
     "ssd": ("info", "a non-NVMe disk (SSD or virtual disk, not rotational)",
