@@ -62,3 +62,15 @@ def test_probe_disks_on_this_machine_returns_well_formed_entries() -> None:
 
     for d in probe_disks():
         assert d["mountpoint"].startswith("/") and isinstance(d["fstype"], str)
+
+
+def test_a_snapshot_with_a_malformed_disks_section_is_refused() -> None:
+    import pytest
+
+    from dsdoctor.errors import UsageError
+    from dsdoctor.facts.envinfo import validate_snapshot
+
+    for bad in ("x", ["/", 1]):
+        with pytest.raises(UsageError, match="disks"):
+            validate_snapshot({"cpu": {"count": 1}, "disks": bad})
+    assert validate_snapshot({"cpu": {"count": 1}, "disks": []})["disks"] == []

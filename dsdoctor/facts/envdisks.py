@@ -5,7 +5,8 @@ ZeRO-Infinity swaps to files under ``nvme_path``; the guides ask for a local NVM
 network filesystem is slower still, and tmpfs is RAM, which is what NVMe offload was meant to
 save. This probe records, per mount, the device, filesystem type and mount point, and for block
 devices the disk it sits on (partitions and device-mapper resolved through /sys) with whether
-that disk is NVMe and rotational. It reads /proc and /sys only: nothing is executed or imported.
+that disk is NVMe and rotational. It reads /proc and /sys only (no stat of a mount, so a dead
+network mount cannot hang it): nothing is executed or imported.
 """
 
 from __future__ import annotations
