@@ -26,7 +26,7 @@ from typing import Any
 
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
-from dsdoctor.facts import env_child
+from dsdoctor.facts import env_child, envdisks
 from dsdoctor.redact import Redactor
 from dsdoctor.safeio import read_bounded
 
@@ -383,6 +383,7 @@ def collect(*, ops: bool = False, python: str | None = None, timeout: float = _E
     snap["gpus"] = gpus
     snap["nvml"] = nvml_info
     snap["interconnect"] = guarded("interconnect", probe_interconnect, {})
+    snap["disks"] = guarded("disks", envdisks.probe_disks, [])
     snap["packages"] = packages
 
     cuda: dict[str, Any] = {"cuda_home": _default_cuda_home(), "nvcc": None, "nvcc_version": None,
@@ -463,11 +464,14 @@ def validate_snapshot(data: Any, where: str = "snapshot") -> dict[str, Any]:
                            ("cuda", dict, "an object"), ("nvml", dict, "an object"),
                            ("interconnect", dict, "an object"), ("deepspeed_ops", dict, "an object"),
                            ("env_vars", dict, "an object"), ("notes", list, "a list"),
+                           ("disks", list, "a list"),
                            ("errors", list, "a list")):
         if data.get(key) is not None and not isinstance(data[key], typ):
             raise UsageError(f"{where}: '{key}' must be {what}; {fix}")
     if any(not isinstance(v, (str, int, float)) for v in (data.get("env_vars") or {}).values()):
         raise UsageError(f"{where}: env_vars values must be strings; {fix}")
+    if any(not isinstance(d, dict) for d in data.get("disks") or []):
+        raise UsageError(f"{where}: disks must be a list of objects; {fix}")
     if any(not isinstance(e, dict) for e in data.get("errors") or []):
         raise UsageError(f"{where}: errors must be a list of objects; {fix}")
     ops = data.get("deepspeed_ops") or {}

@@ -29,6 +29,7 @@ def shape(snap: dict[str, Any]) -> dict[str, Any]:
     for k in ("python", "os", "cpu", "cuda", "nvml", "interconnect", "packages", "env_vars"):
         s[k] = _d(s.get(k))
     s["gpus"] = [g for g in _l(s.get("gpus")) if isinstance(g, dict)]
+    s["disks"] = [d for d in _l(s.get("disks")) if isinstance(d, dict)]
     ops = s.get("deepspeed_ops")
     if isinstance(ops, dict):
         ops = dict(ops)
@@ -99,6 +100,26 @@ def interconnect_summary(snap: dict[str, Any]) -> str:
     return "; ".join(bits) or "unknown"
 
 
+_KIND_SHOWN = {"nvme": "NVMe", "ssd": "SSD", "hdd": "HDD (rotational)", "network": "network",
+               "ram": "RAM", "overlay": "overlay", "unknown": "disk ?"}
+
+
+def disks_summary(snap: dict[str, Any], limit: int = 8) -> str:
+    """"/ ext4 on vda (HDD (rotational)); /dev/shm tmpfs (RAM)": where nvme_path may point."""
+    from dsdoctor.facts.envdisks import storage_kind
+
+    disks = shape(snap)["disks"]
+    if "disks" not in snap:
+        return "not recorded (snapshot from an older dsdoctor)"
+    parts = []
+    for d in disks[:limit]:
+        on = f" on {','.join(map(str, _l(d.get('disks'))))}" if d.get("disks") else ""
+        parts.append(f"{d.get('mountpoint', '?')} {d.get('fstype', '?')}{on} "
+                     f"({_KIND_SHOWN[storage_kind(d)]})")
+    more = f"; +{len(disks) - limit} more" if len(disks) > limit else ""
+    return "; ".join(parts) + more if parts else "none found"
+
+
 def os_line(o: dict[str, Any]) -> str:
     """One line: distribution, kernel, machine, libc, container."""
     bits = [str(o.get("distribution") or o.get("system") or "?")]
@@ -162,6 +183,7 @@ def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
         ("GPUs", gpu_summary(snap)),
         ("NVIDIA driver", str(nvml.get("driver") or "not available")),
         ("Interconnect", interconnect_summary(snap)),
+        ("Disks", disks_summary(snap)),
         ("CUDA", cuda_line(snap)),
     ]
     return rows

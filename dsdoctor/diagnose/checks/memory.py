@@ -18,6 +18,12 @@ from dsdoctor.diagnose.checks.common import (
     log_facts,
     param_count,
 )
+from dsdoctor.diagnose.checks.pinned_memory import (
+    pin_pushes_past,
+    pinned_offload,
+    pinned_sentence,
+    swap_bytes,
+)
 from dsdoctor.diagnose.checks.runfacts import (
     DEFAULT_BUCKET,
     cpu_ram_bytes,
@@ -90,8 +96,19 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
         # CPU offload moves state *into* host RAM: never answer a host OOM with more of it.
         held = " and ".join(w for w, d in (("optimizer states", opt), ("parameters", par))
                             if d == "cpu")
-        bits.append(f"CPU offload adds host memory: the offloaded {held} live in this RAM "
-                    "(pinned), on top of what each rank loads.")
+        bits.append(f"CPU offload adds host memory: the offloaded {held} live in this RAM, "
+                    "on top of what each rank loads.")
+        pinned = pinned_offload(ctx, stage or 2, total or 0, lf.nodes or 1) if total else None
+        if pinned is not None:  # S22: pinned pages cannot go to swap
+            bits.append(pinned_sentence(pinned))
+            swap = swap_bytes(ctx)
+            if swap:
+                fixes.append(f"set {' and '.join(pinned.keys)} to false so the offload buffers "
+                             f"are pageable and can spill to the node's {gib(swap)} of swap "
+                             "(slower copies, but no kill)")
+            elif swap is None:
+                ctx.missing(rule.code, "whether swap could hold the pinned offload buffers",
+                            "--env snapshot.json")
         fixes.append(("move offload_param back to GPU first, then " if par == "cpu" else "")
                      + 'offload to NVMe instead of CPU (ZeRO-3, device "nvme" with nvme_path)')
     need_config = ctx.ds is None and opt is None and par is None
@@ -176,12 +193,24 @@ def offload_exceeds_cpu_ram(ctx: Context, rule: Any) -> Iterator[Finding]:
                     if ram_src.startswith("the container") else ""))
     path = ("zero_optimization.offload_param.device" if par == "cpu"
             else "zero_optimization.offload_optimizer.device")
+    pin_note = ""
+    pinned = pinned_offload(ctx, stage, total, nodes)
+    if pinned is not None:  # S22: page-locked buffers cannot spill to swap
+        pin_note = " " + pinned_sentence(pinned)
+        swap = swap_bytes(ctx)
+        if swap and pin_pushes_past(row.cpu_bytes, ram, swap, ram_src.startswith("the container")):
+            pin_note += (f" The need fits RAM + swap ({gib(ram + swap)}): pageable buffers could "
+                         "spill to swap, pinned ones cannot, so pinning turns a slow, swapping run "
+                         "into a killed one.")
+            fixes.insert(0, f"set {' and '.join(pinned.keys)} to false (slower host-GPU copies; "
+                            "the offload buffers then page to swap instead of the rank being killed)")
+            path = pinned.keys[0]
     yield finding(
         f"ZeRO-{stage} offloads the {what} to CPU. By DeepSpeed's estimator "
         f"(estimate_zero{3 if stage >= 3 else 2}_model_states_mem_needs, {row.options.strip()}) "
         f"that needs {gib(row.cpu_bytes)} of CPU RAM per node for {total:,} parameters ({src}) "
         f"on {nodes} node(s) x {gpn} GPU(s) ({gpn_src}), but the node has {gib(ram)} "
-        f"({ram_src}). These estimates {SCOPE_NOTE}.{seen}",
+        f"({ram_src}). These estimates {SCOPE_NOTE}.{pin_note}{seen}",
         fix="; ".join(fixes) + ".", path=path, severity=sev,
         evidence=oom.evidence if oom is not None else ())
 

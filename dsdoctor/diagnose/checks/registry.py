@@ -15,11 +15,14 @@ from dsdoctor.diagnose.checks import (
     cluster_launch,
     config_keys,
     failures,
+    fp32_recovery,
     fsdp_peft_wrap,
     inference_fit,
     infra,
     load_dtype,
     memory,
+    node_local_storage,
+    nvme_storage,
     offload_tuning,
     oom,
     optimizer,
@@ -122,6 +125,10 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.zero3_init_flag,  # DS323
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
+    nvme_storage.nvme_path_not_on_nvme,  # DS234
+    node_local_storage.zero_shards_on_other_nodes,  # DS235
+    fp32_recovery.fp32_recovery_during_training,  # DS236
+    fp32_recovery.fp32_load_without_checkpoint,  # DS237
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 

@@ -1,0 +1,69 @@
+"""S22: pinned (page-locked) CPU-offload buffers in DS203 and DS106 (checks/pinned_memory.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.test_rules_examples import run_example
+
+LLAMA_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 32, "torch_dtype": "float16", "vocab_size": 32000}
+
+
+def _example(pin: bool, swap: int | None, stage: int = 3) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": stage,
+                            "offload_optimizer": {"device": "cpu", "pin_memory": pin}}
+    if stage == 3:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": pin}
+    cpu: dict[str, Any] = {"count": 32, "ram_total_bytes": 64 * 2**30}
+    if swap is not None:
+        cpu["swap_total_bytes"] = swap
+    return {"config": {"train_micro_batch_size_per_gpu": 1, "zero_optimization": zero},
+            "model": LLAMA_7B, "env": {"cpu": cpu, "gpus": [], "packages": {"deepspeed": "0.14.0"}}}
+
+
+def _ds203(ex: dict[str, Any], tmp: Path) -> Any:
+    found = [f for f in run_example(ex, tmp) if f.rule == "DS203"]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_pinning_named_first_when_swap_would_hold_the_rest(tmp_path: Path) -> None:
+    f = _ds203(_example(pin=True, swap=128 * 2**30), tmp_path)
+    # ZeRO-3: 4 (fp32 grads) + 2 (16-bit params) bytes x 6,738,415,616 parameters
+    assert "37.65 GiB per node of it is page-locked" in f.message
+    assert f.fix.startswith("set zero_optimization.offload_optimizer.pin_memory and "
+                            "zero_optimization.offload_param.pin_memory to false")
+
+
+def test_no_pin_fix_when_swap_could_not_hold_it(tmp_path: Path) -> None:
+    f = _ds203(_example(pin=True, swap=0), tmp_path)
+    assert "page-locked" in f.message and "pin_memory" not in f.fix
+
+
+def test_unpinned_offload_says_nothing_about_pinning(tmp_path: Path) -> None:
+    f = _ds203(_example(pin=False, swap=128 * 2**30), tmp_path)
+    assert "page-locked" not in f.message and "pin_memory" not in f.fix
+
+
+def test_zero2_pins_master_weights_and_gradients(tmp_path: Path) -> None:
+    f = _ds203(_example(pin=True, swap=0, stage=2), tmp_path)
+    # 8 bytes (fp32 master weights + fp32 gradients) x 6,738,415,616 parameters
+    assert "At least 50.21 GiB per node" in f.message
+
+
+KILL = ("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', "
+        "'-u', 'main.py', '--local_rank=0', '--deepspeed'] exits with return code = -9\n")
+
+
+def test_ds106_offers_pin_memory_false_only_with_swap(tmp_path: Path) -> None:
+    ex = _example(pin=True, swap=32 * 2**30) | {"log": KILL}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    f = [f for f in run_example(ex, tmp_path / "a") if f.rule == "DS106"][0]
+    assert "page-locked" in f.message and "pin_memory to false" in f.fix
+    ex = _example(pin=True, swap=0) | {"log": KILL}
+    f = [f for f in run_example(ex, tmp_path / "b") if f.rule == "DS106"][0]
+    assert "page-locked" in f.message and "pin_memory" not in f.fix
