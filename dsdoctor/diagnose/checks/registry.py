@@ -100,6 +100,10 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     offload_tuning.round_robin_gradients,  # DS231
     load_dtype.fp32_load_for_16bit_run,  # DS232
     inference_fit.zero_inference_does_not_fit,  # DS233
+    nvme_storage.nvme_path_not_on_nvme,  # DS234
+    node_local_storage.zero_shards_on_other_nodes,  # DS235
+    fp32_recovery.fp32_recovery_during_training,  # DS236
+    fp32_recovery.fp32_load_without_checkpoint,  # DS237
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303
@@ -125,10 +129,6 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.zero3_init_flag,  # DS323
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
-    nvme_storage.nvme_path_not_on_nvme,  # DS234
-    node_local_storage.zero_shards_on_other_nodes,  # DS235
-    fp32_recovery.fp32_recovery_during_training,  # DS236
-    fp32_recovery.fp32_load_without_checkpoint,  # DS237
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
