@@ -63,6 +63,8 @@ class Context:
     scripts: list[Any] = field(default_factory=list)  # ScriptFacts, one per Python --script
     launch_scripts: list[Any] = field(default_factory=list)  # launch.Launch per shell command
     script_sources: dict[str, str] = field(default_factory=dict)  # path -> text (read, not run)
+    # path -> the script's syntax tree (None: not Python), parsed on a check's first ask
+    script_trees: dict[str, Any] = field(default_factory=dict, repr=False)
     ds_version: str = DEFAULT_DS_VERSION  # the release the lints target
     ds_version_source: str = "default"
     log_facts: Any = None  # part B's LogFacts

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from dsdoctor.facts import dskeys
@@ -192,6 +194,25 @@ def gpu_total_bytes(ctx: Context) -> tuple[int | None, str]:
         return known.value, ("the env snapshot" if known.source.kind == "env"
                              else "nvidia-smi in the log")
     return None, ""
+
+
+def script_trees(ctx: Context, *needles: str, any_of: tuple[str, ...] = ()
+                 ) -> Iterator[tuple[str, str, ast.Module]]:
+    """(path, text, syntax tree) of each script whose text holds every needle and one of
+    ``any_of`` (a cheap test before any parse). Each script is parsed at most once per analysis,
+    whichever checks ask; read, never run; one that is not Python is skipped (scriptcheck
+    reports it)."""
+    for path, text in ctx.script_sources.items():
+        if not all(n in text for n in needles) or (any_of and not any(n in text for n in any_of)):
+            continue
+        if path not in ctx.script_trees:
+            try:
+                ctx.script_trees[path] = ast.parse(text)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                ctx.script_trees[path] = None
+        tree = ctx.script_trees[path]
+        if tree is not None:
+            yield path, text, tree
 
 
 def script_evidence(site: Any, path: str) -> Evidence:

@@ -21,7 +21,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from dsdoctor.diagnose.checks.common import finding, gib, param_count
+from dsdoctor.diagnose.checks.common import finding, gib, param_count, script_trees
 from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Evidence, Finding
@@ -29,6 +29,7 @@ from dsdoctor.model import Evidence, Finding
 RECOVERY = frozenset({"get_fp32_state_dict_from_zero_checkpoint",
                       "load_state_dict_from_zero_checkpoint",
                       "convert_zero_checkpoint_to_fp32_state_dict"})
+RECOVERY_NAMES = tuple(sorted(RECOVERY))  # the text test before a script is parsed
 #: Calls that show a loop body is the training loop.
 STEP_CALLS = frozenset({"backward", "step", "train_batch", "training_step"})
 
@@ -66,13 +67,7 @@ def _during_training(tree: ast.AST) -> list[tuple[ast.Call, str]]:
 def fp32_recovery_during_training(ctx: Context, rule: Any) -> Iterator[Finding]:
     total, _, src = param_count(ctx)
     size = (f" ({gib(total * 4)} for this model, {src}, in each calling process)" if total else "")
-    for path, text in ctx.script_sources.items():
-        if not any(r in text for r in RECOVERY):
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
+    for path, text, tree in script_trees(ctx, any_of=RECOVERY_NAMES):
         lines = text.splitlines()
         for call, where in _during_training(tree):
             name = _name(call.func)
@@ -114,13 +109,7 @@ def _tested(tree: ast.AST, var: str) -> bool:
 
 
 def fp32_load_without_checkpoint(ctx: Context, rule: Any) -> Iterator[Finding]:
-    for path, text in ctx.script_sources.items():
-        if "get_last_checkpoint" not in text or not any(r in text for r in RECOVERY):
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
+    for path, text, tree in script_trees(ctx, "get_last_checkpoint", any_of=RECOVERY_NAMES):
         lasts = {t.id: n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign)
                  and isinstance(n.value, ast.Call) and _name(n.value.func) == "get_last_checkpoint"
                  for t in n.targets if isinstance(t, ast.Name)}

@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterator
 from typing import Any
 
-from dsdoctor.diagnose.checks.common import finding
+from dsdoctor.diagnose.checks.common import finding, script_trees
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Evidence, Finding
 
@@ -32,13 +32,7 @@ def _calls(tree: ast.AST) -> list[tuple[int, str, ast.Call]]:
 
 
 def engine_use_after_fp32_load(ctx: Context, rule: Any) -> Iterator[Finding]:
-    for path, text in ctx.script_sources.items():
-        if LOADER not in text:
-            continue
-        try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
-            continue
+    for path, text, tree in script_trees(ctx, LOADER):
         lines = text.splitlines()
         calls = _calls(tree)
         load = next((c for c in calls if c[1] == LOADER), None)
