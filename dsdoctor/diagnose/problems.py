@@ -73,7 +73,7 @@ def _phrase(s: Symptom) -> str:
         "nan-loss": "NaN/inf loss",
         "loss-zero": "loss exactly 0.0",
         "gpu-oom": "CUDA out of memory",
-        "cpu-oom": "killed for host RAM",
+        "cpu-oom": "killed or refused memory",
         "hang": "collective timeout",
         "op-build-failure": "op build failure",
         "config-mismatch": "config rejected or overridden",
