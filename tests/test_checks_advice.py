@@ -169,3 +169,22 @@ def test_oom_never_asks_to_shrink_a_batch_of_one(tmp_path: Path) -> None:
     f = _one(_run(tmp_path / "b", log=OOM_80G + "\n", config=cfg), "DS105")
     assert "train_micro_batch_size_per_gpu from 8 to 4 and gradient_accumulation_steps from 2 to 4" \
         in f.fix
+
+
+# The DeepSpeed op builder's CUDA check (databrickslabs/dolly#168; bytedance/lightseq#526, which
+# vendors DeepSpeed's op_builder): the fix moves only what can move.
+CUDA_MISMATCH = ("Exception: Installed CUDA version {inst} does not match the version torch was "
+                 "compiled with {built}, unable to compile cuda/cpp extensions without a matching "
+                 "cuda version.")
+
+
+def test_cuda_mismatch_fix_offers_only_what_exists(tmp_path: Path) -> None:
+    def fix(inst: str, built: str) -> str:
+        found = run_example({"log": CUDA_MISMATCH.format(inst=inst, built=built)}, tmp_path)
+        return next(f.fix for f in found if f.rule == "DS108")
+
+    old = fix("9.1", "11.8")  # no torch 2.x wheel for CUDA 9.1, and a major-version mismatch
+    assert "install CUDA toolkit 11.8" in old and "torch build for CUDA 9.1" not in old
+    assert "DS_SKIP_CUDA_CHECK" not in old
+    minor = fix("12.3", "12.1")  # same major: a torch build for 12.x exists, the skip is an option
+    assert "torch build for CUDA 12.3" in minor and "DS_SKIP_CUDA_CHECK=1" in minor

@@ -137,9 +137,15 @@ def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
     if inst and torch_cuda:
         msgs.append(f"the CUDA toolkit found (nvcc {inst}) does not match the CUDA torch was "
                     f"built with ({torch_cuda})")
-        fixes.append(f"install CUDA toolkit {torch_cuda} and point CUDA_HOME at it, or install "
-                     f"the torch build for CUDA {inst}; for a minor-version mismatch only, "
-                     "DS_SKIP_CUDA_CHECK=1 skips the check")
+        inst_v, built_v = version_tuple(inst), version_tuple(torch_cuda)
+        fix = f"install CUDA toolkit {torch_cuda} and point CUDA_HOME at it"
+        if inst_v and inst_v[:1] >= (11,):
+            fix += f", or install the torch build for CUDA {inst}"
+        elif inst_v:  # torch 2.x wheels start at CUDA 11.8: none is built for this toolkit
+            fix += f" (no current torch release is built for CUDA {inst})"
+        if inst_v and built_v and inst_v[:1] == built_v[:1]:
+            fix += "; for this minor-version mismatch DS_SKIP_CUDA_CHECK=1 also skips the check"
+        fixes.append(fix)
     if "CUDA_HOME" in text or "cuda_home" in text.lower():
         msgs.append("CUDA_HOME is not set or has no nvcc: DeepSpeed cannot compile its CUDA ops")
         fixes.append("install the CUDA toolkit (nvcc) matching torch and export "
