@@ -33,14 +33,20 @@ def lm_batches(rank: int, batch: int = 8, seq: int = 32):
         yield torch.cat([torch.zeros(batch, 1, dtype=torch.long), ids], dim=1)  # token 0 = BOS
 
 
-def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1) -> None:
-    """deepspeed.initialize + the usual forward/backward/step loop; rank 0 prints the loss."""
+def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1,
+               resume_from: str | None = None) -> Any:
+    """deepspeed.initialize + the usual forward/backward/step loop; rank 0 prints the loss.
+
+    ``resume_from``: a checkpoint directory loaded before the first step. Returns the engine
+    (scenarios save a checkpoint with it)."""
     import torch
 
     import deepspeed
 
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=ds_config)
+    if resume_from is not None:
+        engine.load_checkpoint(resume_from)
     rank = torch.distributed.get_rank()
     batches = lm_batches(rank)
     for step in range(1, steps + 1):
@@ -50,3 +56,4 @@ def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1) -> 
         engine.step()
         if rank == 0 and step % print_every == 0:
             print(f"step {step}/{steps}: loss = {loss.item():.4f}", flush=True)
+    return engine

@@ -46,17 +46,7 @@ def worker() -> None:
     torch.manual_seed(0)
     deepspeed.init_distributed(dist_backend="gloo")
     model = GPT2LMHeadModel(GPT2Config(**_lm.TINY_GPT2))
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=args.deepspeed_config)
-    rank = torch.distributed.get_rank()
-    batches = _lm.lm_batches(rank)
-    for step in range(1, 6):
-        ids = next(batches)
-        loss = engine(input_ids=ids, labels=ids).loss
-        engine.backward(loss)
-        engine.step()
-        if rank == 0:
-            print(f"step {step}/5: loss = {loss.item():.4f}", flush=True)
+    engine = _lm.train_loop(model, args.deepspeed_config, 5)
     engine.save_checkpoint(str(CKPT_DIR))
 
 
