@@ -70,12 +70,11 @@ _RANK_PREFIXES = (
     # (time, stream, F = full line or P = partial; Grafana Loki's docs of its "cri" stage).
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) std(?:out|err) [FP] "),
 )
-# Could any quote marker or prefix above start this text? One match instead of six per segment.
-# (tests/test_reader.py checks it against every prefix's examples)
-_ANY_PREFIX_RE = re.compile(
-    r"[ \t]{0,3}>|\[(?:rank\d|default\d|\d+,\d+\]<std)|\d{1,5}:[ \t]|[a-z][a-z0-9.-]*:[ \t]"
-    r"|[\w.-]+/\d+[ \t]\[|\((?:raylet|[A-Za-z_][\w.]* pid=)|\[\d+,mpirank:|\d{4}-\d\d-\d\dT"
-    r"|[ \t]*(?:`|\*\*)")  # markdown a paste put around the line (_peel_markup)
+# Could any quote marker, markup or prefix above start this text? One match instead of ten per
+# segment. Built from the patterns themselves, so a new prefix can never be missed by it.
+_ANY_PREFIX_RE = re.compile("|".join(
+    "(?:" + re.sub(r"\(\?P<\w+>", "(?:", p.pattern.removeprefix("^")) + ")"
+    for p in (_QUOTE_RE, _MARKUP_RE, *_RANK_PREFIXES)))
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
