@@ -22,8 +22,17 @@ import re
 from pathlib import Path
 
 import pytest
+import regex
 
-from dsdoctor.logs.formats import load_patterns, required_literals
+from dsdoctor.logs.formats import (
+    FormatError,
+    Pattern,
+    check_precise,
+    convert,
+    load_patterns,
+    required_literals,
+    with_unique_group_names,
+)
 from dsdoctor.logs.prefilter import available_engines, make_engine
 from dsdoctor.logs.reader import normalize
 from dsdoctor.model import SYMPTOM_KINDS
@@ -131,6 +140,54 @@ def _candidates(eng, data: bytes):
     return eng.candidates(data)
 
 
+def test_check_precise_refuses_what_re_reads_unlike_the_regex_module():
+    # the patterns were written for the regex module; re reads [[:digit:]] as the set "[:digt"
+    # then "]" (with a FutureWarning), and has no variable-width look-behind or recursion
+    for source in (r"x[[:digit:]]+", r"(?<=a|bc)d", r"(?P<j>\{(?&j)*\})",
+                   r"(?P<a>x)|(?P<a>y)(?P=a)"):
+        with pytest.raises(FormatError):
+            check_precise(source, False, "t")
+    check_precise(r"Killed \(pid (?P<pid>\d+)\)", True, "t")
+
+
+@pytest.mark.parametrize("pattern", ALL_PATTERNS, ids=lambda p: p.id)
+def test_re_matches_as_the_regex_module_did(pattern):
+    """The patterns were compiled with the regex module (VERSION0) until re replaced it at
+    start-up: each sample, negative and all of them joined give the same span and values."""
+    twin = regex.compile(pattern.source,
+                         (regex.IGNORECASE if pattern.caseless else 0) | regex.VERSION0)
+    texts = [normalize(x.encode("utf-8")).text
+             for s in pattern.samples for x in s["line"].split("\n")]
+    texts += [normalize(n.encode("utf-8")).text for n in pattern.negatives]
+    texts.append(" ".join(texts))
+    for text in texts:
+        ours, theirs = pattern.regex.search(text), twin.search(text)
+        assert (ours is None) == (theirs is None), (pattern.id, text)
+        if ours is None:
+            continue
+        assert ours.span() == theirs.span(), (pattern.id, text)
+        expected = {}
+        for name, raw in theirs.groupdict().items():
+            value = None if raw is None else convert(raw, pattern.fields.get(name, "str"))
+            if value is not None:
+                expected[name] = value
+        got = pattern.match(text)
+        assert got.keys() == expected.keys(), (pattern.id, text)
+        assert all(_same(expected[k], got[k]) for k in expected), (pattern.id, text, got)
+
+
+def test_repeated_group_names_take_the_last_group_that_took_part():
+    source = r"(?:epoch=(?P<epoch>\d+)/step=(?P<step>\d+)|(?P<epoch>\d+)/(?P<step>\d+)),"
+    check_precise(source, False, "t")
+    p = Pattern(id="t", format="t", emits="timeline", prefilter="x", source=source,
+                fields={"epoch": "int", "step": "int"})
+    # ds-throughput's two shapes (DeepSpeed's engine; the first from 0.9 on)
+    assert p.match("epoch=0/micro_step=9/global_step=9, RunningAvgSamplesPerSec=1") is None
+    assert p.match("epoch=0/step=9, x") == {"epoch": 0, "step": 9}
+    assert p.match("2/30, SamplesPerSec=1") == {"epoch": 2, "step": 30}
+    assert with_unique_group_names(source).count("__dup2") == 2
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_engines_select_every_sample_line(engine):
     """Each sample, embedded among unrelated lines, is a candidate for its own pattern."""
@@ -202,3 +259,52 @@ def test_docs_list_every_format():
     text = docs.read_text(encoding="utf-8")
     for p in PATTERNS:
         assert p.id in text, f"docs/formats.md does not describe {p.id}"
+
+
+# The two patterns rewritten for re, in their regex-module form (recursion, and a variable-width
+# look-behind), against their re form on every sample and negative and on generated lines.
+OLD_CONFIG_JSON = r'\]\s+json = (?P<json>\{(?>[^{}"]++|"(?:[^"\\]|\\.)*+"|(?&json))*+\})'
+OLD_SCRIPT_LOSS = (r"""(?<![\w'"/])(?<!\biter \d+: )(?P<key>(?:[a-z]+[_ ])?(?<!lm )(?<!lm_)loss)"""
+                   r"""(?: = | : | )(?P<value>-?(?:nan|inf))(?![\w.])""")
+
+
+def _nested(rng, depth):
+    if depth == 0 or rng.random() < 0.3:
+        return rng.choice([1, "a}b{", 'x"y', [1, 2], True, "\\"])
+    return {f"k{i}": _nested(rng, depth - 1) for i in range(rng.randint(0, 3))}
+
+
+def _depth(obj) -> int:
+    return 1 + max((_depth(v) for v in obj.values()), default=0) if isinstance(obj, dict) else 0
+
+
+def test_config_json_unrolled_to_8_levels_matches_the_recursive_form():
+    import json
+    import random
+
+    pattern = next(p for p in ALL_PATTERNS if p.id == "fact-ds-config-json")
+    old = regex.compile(OLD_CONFIG_JSON, regex.VERSION0)
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(3000):
+        obj = {"a": _nested(rng, rng.randint(0, 9))}
+        if _depth(obj) > 8:
+            continue
+        text = ("[x] json = " + json.dumps(obj, indent=rng.choice([None, 4])).replace("\n", " ")
+                + rng.choice(["", " }", "}}", " tail"]))
+        for cut in (len(text), len(text) // 2, len(text) - 1):
+            a, b = old.search(text[:cut]), pattern.regex.search(text[:cut])
+            assert (a and a.group("json")) == (b and b.group("json")), text[:cut]
+            checked += 1
+    assert checked > 5000
+
+
+def test_script_loss_fixed_width_look_behinds_match_the_variable_one():
+    pattern = next(p for p in ALL_PATTERNS if p.id == "script-loss-nonfinite")
+    old = regex.compile(OLD_SCRIPT_LOSS, regex.IGNORECASE | regex.VERSION0)
+    texts = [s["line"] for s in pattern.samples] + list(pattern.negatives)
+    texts += [f"{w} {'9' * n}: {k} {v}" for w in ("iter", "Iter", "step", "xiter")
+              for n in (1, 5, 12) for k in ("loss", "train_loss", "loss =") for v in ("nan", "-inf")]
+    for text in texts:
+        a, b = old.search(text), pattern.regex.search(text)
+        assert (a and a.span()) == (b and b.span()), text

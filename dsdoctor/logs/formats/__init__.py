@@ -12,7 +12,6 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from dsdoctor.model import SYMPTOM_KINDS
@@ -27,6 +26,47 @@ MAX_JOIN_NEXT = 8
 
 class FormatError(ValueError):
     """A format file breaks the schema (a bug in dsdoctor, caught by the tests)."""
+
+
+# Precise regexes are the standard library's ``re`` (they were the ``regex`` module's, whose
+# import alone cost 8 ms of a 0.1 s start-up). One thing ``re`` lacks is a name shared by groups
+# in different alternatives: a second "(?P<step>" is renamed "step__dup2" when compiling, and
+# Pattern.match folds the names back (the last group that took part, as one shared group does).
+_GROUP_DEF_RE = re.compile(r"(?<!\\)\(\?P<([A-Za-z_]\w*)>")
+DUPLICATE_MARK = "__dup"
+
+
+def with_unique_group_names(source: str) -> str:
+    """``source`` with every repeated group name renamed ``name__dupN`` (N = 2, 3, ...)."""
+    seen: dict[str, int] = {}
+
+    def rename(m: re.Match[str]) -> str:
+        name = m.group(1)
+        seen[name] = seen.get(name, 0) + 1
+        return m.group(0) if seen[name] == 1 else f"(?P<{name}{DUPLICATE_MARK}{seen[name]}>"
+
+    return _GROUP_DEF_RE.sub(rename, source)
+
+
+def compile_precise(source: str, caseless: bool) -> re.Pattern[str]:
+    """A precise regex compiled (repeated group names renamed); raises ``re.error``."""
+    return re.compile(with_unique_group_names(source), re.IGNORECASE if caseless else 0)
+
+
+def check_precise(source: str, caseless: bool, where: str) -> None:
+    """FormatError unless ``source`` compiles without a warning (``re`` warns, FutureWarning,
+    where it reads a construct unlike other engines, such as the POSIX class in ``[[:digit:]]``)
+    and repeats no group name that a back-reference points to."""
+    import warnings  # noqa: PLC0415 - only when formats are validated (the cache spares it)
+
+    if "(?P=" in source and with_unique_group_names(source) != source:
+        raise FormatError(f"{where}: a back-reference to a repeated group name is ambiguous")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            compile_precise(source, caseless)
+        except (re.error, Warning) as exc:
+            raise FormatError(f"{where}: bad regex: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -54,14 +94,11 @@ class Pattern:
         return self.emits.startswith("fact:")
 
     @property
-    def regex(self) -> Any:
-        """The compiled precise pattern (``regex`` module), compiled once, on first use."""
+    def regex(self) -> re.Pattern[str]:
+        """The compiled precise pattern, compiled once, on first use."""
         compiled = self.__dict__.get("_compiled")
         if compiled is None:
-            import regex  # noqa: PLC0415 - imported when a first candidate needs it (start-up)
-
-            flags = regex.IGNORECASE if self.caseless else 0
-            compiled = regex.compile(self.source, flags | regex.VERSION0)
+            compiled = compile_precise(self.source, self.caseless)
             object.__setattr__(self, "_compiled", compiled)
         return compiled
 
@@ -72,10 +109,13 @@ class Pattern:
             return None
         fields = self.__dict__.get("_fields")
         if fields is None:
-            # (name, position in m.groups(), type): the regex module's groupdict() costs ten
-            # times groups(), and this runs once per matched line (a million OVERFLOW lines)
-            fields = tuple((name, num - 1, self.fields.get(name, "str"))
-                           for name, num in self.regex.groupindex.items())
+            # (name, position in m.groups(), type): groupdict() costs more than groups(), and
+            # this runs once per matched line (a million OVERFLOW lines). In group order, so
+            # that of a repeated name the last group that took part wins.
+            fields = tuple((name.split(DUPLICATE_MARK)[0], num - 1,
+                            self.fields.get(name.split(DUPLICATE_MARK)[0], "str"))
+                           for name, num in sorted(self.regex.groupindex.items(),
+                                                   key=lambda item: item[1]))
             object.__setattr__(self, "_fields", fields)
         groups = m.groups()
         out: dict[str, Any] = {}
@@ -167,12 +207,7 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
             raise FormatError(f"{where}: field {name!r} has unknown type {typ!r}")
     caseless = bool(spec.get("caseless", False))
     if validate:
-        import regex  # noqa: PLC0415
-
-        try:
-            regex.compile(spec["regex"], (regex.IGNORECASE if caseless else 0) | regex.VERSION0)
-        except regex.error as exc:
-            raise FormatError(f"{where}: bad regex: {exc}") from None
+        check_precise(spec["regex"], caseless, where)
     bad = _LINE_CROSSING.search(spec["prefilter"])
     if bad:
         # Both engines must agree on which line a hit belongs to: a prefilter must never match
@@ -233,11 +268,13 @@ def load_patterns() -> tuple[Pattern, ...]:
     The validated patterns are kept in dsdoctor's private data cache (datacache.py), keyed by
     the format files' bytes: parsing the YAML costs more than scanning a small log.
     """
-    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+    from dsdoctor.datacache import cached_files, package_files  # noqa: PLC0415
 
-    root = resources.files("dsdoctor.logs.formats")
-    sources = sorted((e.name, e.read_bytes()) for e in root.iterdir() if e.name.endswith(".yaml"))
-    specs = cached_data("formats", sources, lambda: _validated_fields(sources))
+    files = package_files("dsdoctor.logs.formats", lambda n: n.endswith(".yaml"))
+    # the schema names Pattern's fields: a cache written by a version whose patterns had
+    # other fields is never read back
+    schema = ",".join(f.name for f in dataclasses.fields(Pattern))
+    specs = cached_files("formats", files, _validated_fields, schema)
     return tuple(Pattern(**spec) for spec in specs)
 
 
