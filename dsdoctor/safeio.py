@@ -17,6 +17,10 @@ from dsdoctor.errors import UsageError
 
 # C0 controls except tab and newline, DEL, and the C1 block (\x80-\x9f is CSI, OSC... on
 # terminals that honour 8-bit controls). ESC is C0, so full resets and charset switches go too.
+# The most of a training script read (--script, or one a launch line names): scriptcheck parses
+# it, launch.py reads a shell script's commands; both read it through read_bounded.
+MAX_SCRIPT_BYTES = 8 * 2**20
+
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CONTROL_OR_NEWLINE_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Our own colours (SGR: ESC [ digits m) are the only sequence a colour report keeps.

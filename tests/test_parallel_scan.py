@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dsdoctor.logs import parallel
+from dsdoctor.logs import jobs, parallel
 from dsdoctor.logs.formats import load_patterns
 from dsdoctor.logs.prefilter import available_engines
 from dsdoctor.logs.scan import TIMELINE_FULL_BYTES, Scanner, ScanResult
 
-pytestmark = pytest.mark.skipif(not parallel.fork_available(), reason="needs fork")
+pytestmark = pytest.mark.skipif(not jobs.fork_available(), reason="needs fork")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def test_small_or_compressed_files_stay_in_one_process(tmp_path: Path, monkeypat
 
     calls: list[int] = []
     real = parallel.scan_parallel
-    monkeypatch.setattr("dsdoctor.logs.scan.scan_parallel",
+    monkeypatch.setattr("dsdoctor.logs.parallel.scan_parallel",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     small = tmp_path / "small.log"
     small.write_bytes(b"[rank0]: hello\n" * 100)

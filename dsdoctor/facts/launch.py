@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsdoctor.facts.logfacts import _options, _script_and_rest
-from dsdoctor.facts.scriptcheck import MAX_SCRIPT_BYTES
-from dsdoctor.safeio import read_bounded
+from dsdoctor.safeio import MAX_SCRIPT_BYTES, read_bounded
 
 #: Commands that start a training run, by their first word (after VAR=value assignments).
 _LAUNCHERS = ("deepspeed", "torchrun", "accelerate", "python", "python3")

@@ -24,9 +24,8 @@ from dsdoctor.facts.scriptnames import (
     dtype_literal,
     makes_inputs,
 )
-from dsdoctor.safeio import read_bounded
+from dsdoctor.safeio import MAX_SCRIPT_BYTES, read_bounded
 
-MAX_SCRIPT_BYTES = 8 * 2**20
 # Above this, a script is parsed in pieces of top-level statements, each once, so that only one
 # piece's syntax tree is alive at a time: the tree of a whole 7 MB script took 1.1 GB.
 CHUNKED_SOURCE_BYTES = 1 << 20

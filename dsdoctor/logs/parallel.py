@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,35 +24,11 @@ from dsdoctor.logs.aggregate import (
     SymptomAggregator,
     _KindState,
 )
+from dsdoctor.logs.jobs import PositionedReader
 from dsdoctor.model import Evidence
 
-PARALLEL_MIN_BYTES = 64 << 20  # smaller files are scanned in one process (forking costs ~20 ms)
 PROBE_BYTES = 1 << 20  # how far past a split point a line start is looked for
 PREVIOUS_LINE_BYTES = 256 << 10  # how far before a range the previous line start is looked for
-
-
-def default_jobs() -> int:
-    """Workers for a big file: both cores of a typical node's login shell, at most 2."""
-    return max(1, min(os.cpu_count() or 1, 2))
-
-
-def fork_available() -> bool:
-    # macOS lists fork, but forking a process that may hold system framework threads is unsafe
-    return hasattr(os, "fork") and sys.platform != "darwin"
-
-
-class PositionedReader:
-    """``readinto`` over ``os.pread`` of an inherited descriptor, from ``offset`` on (the forked
-    workers share the parent's file description, so they must not move its offset)."""
-
-    def __init__(self, fd: int, offset: int):
-        self.fd = fd
-        self.offset = offset
-
-    def readinto(self, view: memoryview) -> int:
-        n = os.preadv(self.fd, [view], self.offset)
-        self.offset += n
-        return n
 
 
 def split_points(fd: int, size: int, parts: int) -> list[int]:

@@ -13,13 +13,11 @@ segments and de-duplicates, so the *set* of (segment, pattern) candidates is ide
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from dsdoctor import datacache
 from dsdoctor.logs.formats import Pattern
-from dsdoctor.logs.literal_engine import PythonEngine
 from dsdoctor.model import ENGINES
 
 
@@ -70,8 +68,7 @@ _safe_cache_dir = datacache.safe_cache_dir
 
 
 def _cache_key(hyperscan, exprs: list[bytes], flags: list[int]) -> bytes:
-    return hashlib.sha256(repr((getattr(hyperscan, "__version__", ""), exprs, flags)).encode()
-                          ).hexdigest().encode()
+    return datacache.digest(repr((getattr(hyperscan, "__version__", ""), exprs, flags)).encode())
 
 
 def _load_cached(path: Path, key: bytes) -> bytes | None:
@@ -142,4 +139,6 @@ def make_engine(patterns: Sequence[Pattern], engine: str = "auto"):
 
         raise UsageError("--engine hyperscan: the 'hyperscan' package is not installed here; "
                          "use --engine python or pip install hyperscan")
+    from dsdoctor.logs.literal_engine import PythonEngine  # noqa: PLC0415 - only when chosen
+
     return PythonEngine(patterns)

@@ -20,13 +20,7 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, finished
 from dsdoctor.logs.formats import Pattern, load_patterns
-from dsdoctor.logs.parallel import (
-    PARALLEL_MIN_BYTES,
-    PositionedReader,
-    default_jobs,
-    fork_available,
-    scan_parallel,
-)
+from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import OpenedLog, Segment, normalize, open_log, rank_from_filename
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
@@ -156,6 +150,8 @@ class Scanner:
         stride = max(size // TIMELINE_TARGET_POINTS, TIMELINE_WINDOW_BYTES)
         if size <= TIMELINE_FULL_BYTES:
             return False  # small files read every timeline line: one process
+        from dsdoctor.logs.parallel import scan_parallel  # noqa: PLC0415 - big files only
+
         counts = scan_parallel(self, log.name, log._file.fileno(), size, self.jobs, stride,
                                self.on_progress)
         if counts is None:
