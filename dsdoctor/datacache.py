@@ -16,7 +16,6 @@ data is built from the sources, as if there were no cache.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import marshal
 import os
 import stat
@@ -26,6 +25,21 @@ from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+# CPython's built-in SHA-256 gives hashlib's digests without hashlib's import of OpenSSL's
+# libcrypto (about 5 ms of a 0.1 s start-up); elsewhere hashlib's
+try:
+    from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # CPython 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,no-redef,unused-ignore]  # 3.11
+    except ImportError:
+        from hashlib import sha256  # type: ignore[assignment,no-redef,unused-ignore]
+
+
+def digest(data: bytes) -> bytes:
+    """The SHA-256 of ``data`` in hex (ASCII bytes), as cache keys and body digests are kept."""
+    return sha256(data).hexdigest().encode()
 
 MAX_BYTES = 64 << 20
 KEEP = 4  # newest files kept per kind; older ones (previous versions of the sources) are pruned
@@ -83,7 +97,7 @@ def load_file(path: Path, key: bytes, magic: bytes) -> bytes | None:
     stored_key = raw[len(magic):len(magic) + 64]
     body_digest = raw[len(magic) + 65:header_len - 1]
     body = raw[header_len:]
-    if stored_key != key or hashlib.sha256(body).hexdigest().encode() != body_digest:
+    if stored_key != key or digest(body) != body_digest:
         return None
     return body
 
@@ -94,8 +108,7 @@ def store_file(directory: Path, path: Path, key: bytes, body: bytes, magic: byte
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(magic + key + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n"
-                     + body)
+            fh.write(magic + key + b"\n" + digest(body) + b"\n" + body)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -120,21 +133,71 @@ def prune(directory: Path, keep: Path, prefix: str, suffix: str) -> None:
             os.unlink(entry)
 
 
-def source_key(kind: str, sources: Sequence[tuple[str, bytes]]) -> bytes:
-    """The digest of dsdoctor's version, the cache's kind and every source's name and bytes."""
+def source_key(kind: str, sources: Sequence[tuple[str, bytes]], schema: str = "") -> bytes:
+    """The digest of dsdoctor's version, the cache's kind and schema, and every source's name
+    and bytes."""
     from dsdoctor import __version__  # noqa: PLC0415
 
-    h = hashlib.sha256(f"{kind}\0{__version__}\0{len(sources)}\0".encode())
+    h = sha256(f"{kind}\0{schema}\0{__version__}\0{len(sources)}\0".encode())
     for name, data in sources:
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)
     return h.hexdigest().encode()
 
 
-def cached_data(kind: str, sources: Sequence[tuple[str, bytes]], build: Callable[[], T]) -> T:
+def cached_data(kind: str, sources: Sequence[tuple[str, bytes]], build: Callable[[], T],
+                schema: str = "") -> T:
     """``build()`` (plain data: dicts, lists, tuples, strings, numbers), from the cache when it
-    holds the result for exactly these sources, else built and stored."""
-    key = source_key(kind, sources)
+    holds the result for exactly these sources and ``schema`` (the shape of the data, e.g. the
+    field names it fills), else built and stored."""
+    return _cached(kind, source_key(kind, sources, schema), build)
+
+
+def package_dir(package: str) -> str:
+    """The directory of one of dsdoctor's data packages. dsdoctor is installed as files (a
+    wheel is unpacked), and importlib.resources alone costs ~5 ms of a start-up."""
+    import importlib  # noqa: PLC0415
+
+    return str(importlib.import_module(package).__path__[0])
+
+
+def package_files(package: str, wanted: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(name, path) of the files of a data package whose names ``wanted`` keeps, by name."""
+    directory = package_dir(package)
+    return sorted((n, os.path.join(directory, n)) for n in os.listdir(directory) if wanted(n))
+
+
+def files_key(kind: str, files: Sequence[tuple[str, str]], schema: str = "") -> bytes:
+    """The digest of dsdoctor's version, the cache's kind and schema, and every file's name,
+    size and modification time in ns (what Python's own bytecode cache checks): an edit or a
+    reinstall changes it without the files being read."""
+    from dsdoctor import __version__  # noqa: PLC0415
+
+    h = sha256(f"{kind}\0{schema}\0{__version__}\0{len(files)}\0".encode())
+    for name, path in files:
+        st = os.stat(path)
+        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest().encode()
+
+
+def read_files(files: Sequence[tuple[str, str]]) -> list[tuple[str, bytes]]:
+    """(name, bytes) of each file."""
+    out = []
+    for name, path in files:
+        with open(path, "rb") as fh:
+            out.append((name, fh.read()))
+    return out
+
+
+def cached_files(kind: str, files: Sequence[tuple[str, str]],
+                 build: Callable[[list[tuple[str, bytes]]], T], schema: str = "") -> T:
+    """``build(read_files(files))`` from the cache when it holds the result for these files
+    as they are now (files_key), else built and stored. A run that finds its result reads
+    none of the files: this is how dsdoctor keeps its own rules, formats and secret formats."""
+    return _cached(kind, files_key(kind, files, schema), lambda: build(read_files(files)))
+
+
+def _cached(kind: str, key: bytes, build: Callable[[], T]) -> T:
     name = f"{kind}-{key[:32].decode()}.marshal"
     directory = safe_cache_dir(create=False)
     if directory is not None:

@@ -69,6 +69,37 @@ def test_rebuilt_when_a_rule_file_changes(cache: Path) -> None:
     assert third.calls == 0
 
 
+def test_package_files_are_keyed_by_stat_and_read_only_to_build(cache: Path, tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    src = tmp_path / "rules"
+    src.mkdir()
+    for name in ("a.yaml", "b.yaml"):
+        (src / name).write_bytes(b"x: 1\n")
+    files = [(p.name, str(p)) for p in sorted(src.iterdir())]
+    reads: list[int] = []
+    real_read = datacache.read_files
+    monkeypatch.setattr(datacache, "read_files", lambda fs: reads.append(1) or real_read(fs))
+
+    def build(sources):
+        return [n + "=" + b.decode() for n, b in sources]
+
+    assert datacache.cached_files("t", files, build) == ["a.yaml=x: 1\n", "b.yaml=x: 1\n"]
+    assert datacache.cached_files("t", files, build) == ["a.yaml=x: 1\n", "b.yaml=x: 1\n"]
+    assert len(reads) == 1  # the second run read no source file
+    # an edit (same size, a later modification time) is seen without reading the files
+    (src / "b.yaml").write_bytes(b"x: 2\n")
+    st = os.stat(src / "b.yaml")
+    os.utime(src / "b.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert datacache.cached_files("t", files, build) == ["a.yaml=x: 1\n", "b.yaml=x: 2\n"]
+    assert len(reads) == 2
+
+
+def test_package_files_lists_a_data_package_by_name() -> None:
+    files = datacache.package_files("dsdoctor.rules", lambda n: n.endswith(".yaml"))
+    assert [n for n, _ in files] == sorted(p.name for p in (ROOT / "rules").glob("*.yaml"))
+    assert all(os.path.samefile(path, ROOT / "rules" / n) for n, path in files)
+
+
 def test_shipped_rules_and_formats_from_the_cache_equal_a_fresh_build(cache: Path) -> None:
     engine._load_rules_cached.cache_clear()
     built = engine._shipped_rules()  # builds and stores
@@ -157,7 +188,9 @@ from dsdoctor.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(["analyze", sys.argv[1], "--config", sys.argv[2], "--format", "json"])
 heavy = [m for m in ("rich", "textual", "psutil", "multiprocessing", "yaml",
-                    "dsdoctor.redact.identity", "dsdoctor.cli.watch", "dsdoctor.render.env")
+                    "dsdoctor.redact.identity", "dsdoctor.cli.watch", "dsdoctor.render.env",
+                    "regex", "hashlib", "importlib.resources", "dsdoctor.logs.parallel",
+                    "dsdoctor.facts.scriptcheck")
          if m in sys.modules]
 print(code, " ".join(heavy))
 """
@@ -174,6 +207,11 @@ def test_json_analysis_imports_no_ui_or_unused_library(tmp_path: Path) -> None:
     assert not set(heavy) & {"rich", "textual", "psutil", "multiprocessing",
                              "dsdoctor.redact.identity", "dsdoctor.cli.watch",
                              "dsdoctor.render.env"}, heavy
+    # nor what only another input needs: the regex module (the formats are re's), OpenSSL's
+    # hashlib (the caches use the built-in SHA-256), the parallel scan (a small file), the
+    # script parser (no --script)
+    assert not set(heavy) & {"regex", "hashlib", "importlib.resources", "dsdoctor.logs.parallel",
+                             "dsdoctor.facts.scriptcheck"}, heavy
     # with the data cache written, not even the YAML parser is needed
     second = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
     assert second.stdout.split()[1:] == [], second.stdout

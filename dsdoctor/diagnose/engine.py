@@ -28,7 +28,6 @@ left empty. A rule without a hook yields one finding from its own texts when ``w
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -219,21 +218,19 @@ def _shipped_rules() -> tuple[Rule, ...]:
     """The shipped rules, validated once and kept in dsdoctor's private data cache
     (datacache.py), keyed by the rule files and the DeepSpeed key tables they are checked
     against: parsing and validating them costs more than analyzing a small log."""
-    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+    from dsdoctor.datacache import cached_files, package_files  # noqa: PLC0415
 
-    root = importlib.resources.files("dsdoctor.rules")
-    sources = sorted((e.name, e.read_bytes()) for e in root.iterdir() if e.name.endswith(".yaml"))
-    data = importlib.resources.files("dsdoctor.data")
-    sources += sorted((f"data/{e.name}", e.read_bytes()) for e in data.iterdir()
-                      if e.name.startswith("ds_keys_") and e.name.endswith(".json"))
+    files = package_files("dsdoctor.rules", lambda n: n.endswith(".yaml"))
+    files += [(f"data/{n}", path) for n, path in package_files(
+        "dsdoctor.data", lambda n: n.startswith("ds_keys_") and n.endswith(".json"))]
 
-    def build() -> list[dict[str, Any]]:
+    def build(sources: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
         texts = [(n, b.decode("utf-8")) for n, b in sources if not n.startswith("data/")]
         return [dataclasses.asdict(r) for r in _rules_from_texts(texts)]
 
     rules = [Rule(**{**d, "references": tuple(d["references"]),
                      "examples": {k: tuple(v) for k, v in d["examples"].items()}})
-             for d in cached_data("rules", sources, build)]
+             for d in cached_files("rules", files, build)]
     for rule in rules:  # the check registry is code, not in the cache key: look again
         if rule.hook is not None and rule.hook not in _checks():
             raise RuleError(f"{rule.file}: hook {rule.hook} is not a registered check "

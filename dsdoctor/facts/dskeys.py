@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from dsdoctor.facts.configfile import lookup
@@ -230,14 +230,20 @@ def available_releases() -> list[str]:
 @lru_cache(maxsize=1)
 def _releases() -> tuple[str, ...]:
     # The data directory is listed once: table_for() runs for every config lint.
-    names = [e.name for e in resources.files("dsdoctor.data").iterdir()]
-    rels = [m.group(1) for n in names if (m := _FILE.match(n))]
+    from dsdoctor.datacache import package_files  # noqa: PLC0415
+
+    rels = [m.group(1) for n, _ in package_files("dsdoctor.data", lambda n: True)
+            if (m := _FILE.match(n))]
     return tuple(sorted(rels, key=parse_version))
 
 
 @lru_cache(maxsize=8)
 def _load(release: str) -> KeyTable:
-    text = resources.files("dsdoctor.data").joinpath(f"ds_keys_{release}.json").read_text("utf-8")
+    from dsdoctor.datacache import package_dir  # noqa: PLC0415
+
+    path = os.path.join(package_dir("dsdoctor.data"), f"ds_keys_{release}.json")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
     raw = json.loads(text)
     sections = {name: {**info, "keys": frozenset(info.get("keys", ()))}
                 for name, info in sorted(raw["sections"].items(),

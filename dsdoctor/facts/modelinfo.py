@@ -10,11 +10,11 @@ DeepSpeed's notion: the module with the most parameters of its own (usually the 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +161,11 @@ _TYPE_FAMILIES = {"t5": "T5/T0/mT5/Flan-T5/ByT5/UL2", "mt5": "T5/T0/mT5/Flan-T5/
 
 @lru_cache(maxsize=1)
 def _families() -> tuple[tuple[re.Pattern[str], dict[str, str]], ...]:
-    text = resources.files("dsdoctor.data").joinpath("bf16_families.json").read_text("utf-8")
+    from dsdoctor.datacache import package_dir  # noqa: PLC0415
+
+    with open(os.path.join(package_dir("dsdoctor.data"), "bf16_families.json"),
+              encoding="utf-8") as fh:
+        text = fh.read()
     return tuple((re.compile(f["pattern"], re.I), f) for f in json.loads(text)["families"])
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 
 REDACTED = "<redacted>"
 
@@ -96,10 +95,10 @@ def _compile(entry: dict) -> SecretFormat:
 @functools.lru_cache(maxsize=1)
 def secret_formats() -> tuple[SecretFormat, ...]:
     """Every secret format, in the order they are applied (the file's order)."""
-    from dsdoctor.datacache import cached_data  # noqa: PLC0415
+    from dsdoctor.datacache import cached_files, package_files  # noqa: PLC0415
 
-    data = resources.files("dsdoctor.redact").joinpath("secret_formats.yaml").read_bytes()
-    entries = cached_data("secrets", [("secret_formats.yaml", data)], lambda: _parse(data))
+    files = package_files("dsdoctor.redact", lambda n: n == "secret_formats.yaml")
+    entries = cached_files("secrets", files, lambda sources: _parse(sources[0][1]))
     return tuple(_compile(e) for e in entries)
 
 
