@@ -121,14 +121,35 @@ def _keywords() -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for f in secret_formats() for k in f.keywords))
 
 
+@functools.lru_cache(maxsize=1)
+def _formats_by_keyword() -> dict[str, frozenset[int]]:
+    """Each keyword's formats, by their place in the file (most texts hold no keyword at all,
+    so the formats that apply are looked up rather than each format asked in turn)."""
+    index: dict[str, set[int]] = {}
+    for i, f in enumerate(secret_formats()):
+        for k in f.keywords:
+            index.setdefault(k, set()).add(i)
+    return {k: frozenset(v) for k, v in index.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _always() -> frozenset[int]:
+    """The formats without keywords: they run on every text."""
+    return frozenset(i for i, f in enumerate(secret_formats()) if not f.keywords)
+
+
 @functools.lru_cache(maxsize=2048)  # a report redacts the same evidence line many times
 def redact_formats(text: str) -> str:
     """``text`` with every match of every secret format replaced by ``<redacted>``."""
     if not text:
         return text
     lowered = text.lower()
-    present = {k for k in _keywords() if k in lowered}
-    for fmt in secret_formats():
-        if not fmt.keywords or not present.isdisjoint(fmt.keywords):
-            text = fmt.sub(text)
+    chosen = set(_always())
+    by_keyword = _formats_by_keyword()
+    for k in _keywords():
+        if k in lowered:
+            chosen |= by_keyword[k]
+    formats = secret_formats()
+    for i in sorted(chosen):  # the file's order: a format may rely on an earlier one's work
+        text = formats[i].sub(text)
     return text
