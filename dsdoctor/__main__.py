@@ -1,3 +1,3 @@
-from dsdoctor.cli.main import main
+from dsdoctor.cli.main import entry
 
-raise SystemExit(main())
+entry()

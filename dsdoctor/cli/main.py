@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import sys
+from typing import NoReturn
 
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
@@ -81,6 +83,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stdout = real_stdout
+
+
+def entry() -> NoReturn:
+    """The console script and ``python -m dsdoctor``: :func:`main`, then exit without tearing
+    the interpreter down. Freeing every module and object at exit cost ~13 ms of a ~125 ms
+    analysis and does nothing for a command whose output is written: the exit handlers (atexit,
+    temporary directories' finalizers) still run and stdout and stderr are flushed first. A
+    command that leaves threads running (watch) exits the ordinary way."""
+    code = main()
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            sys.exit(code)  # the ordinary exit reports or silences it, as before
+    os._exit(code)
 
 
 def _silence_stdout() -> None:
