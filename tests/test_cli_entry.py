@@ -52,3 +52,12 @@ def test_entry_exits_2_on_bad_input(tmp_path: Path) -> None:
 def test_module_and_console_script_use_entry() -> None:
     assert (ROOT / "dsdoctor" / "__main__.py").read_text().strip().endswith("entry()")
     assert 'dsdoctor = "dsdoctor.cli.main:entry"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_a_profiled_run_exits_the_ordinary_way(tmp_path: Path) -> None:
+    # python -m cProfile writes its figures after the module returns: no teardown skip there
+    out = tmp_path / "prof.out"
+    proc = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "dsdoctor",
+                           "rules"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 0

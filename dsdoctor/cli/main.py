@@ -90,10 +90,13 @@ def entry() -> NoReturn:
     the interpreter down. Freeing every module and object at exit cost ~13 ms of a ~125 ms
     analysis and does nothing for a command whose output is written: the exit handlers (atexit,
     temporary directories' finalizers) still run and stdout and stderr are flushed first. A
-    command that leaves threads running (watch) exits the ordinary way."""
+    command that leaves threads running (watch), or a run under a profiler or tracer (``python
+    -m cProfile -m dsdoctor`` writes its figures after the module returns), exits the ordinary
+    way."""
     code = main()
     threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
+    if (threading is not None and threading.active_count() > 1) or sys.getprofile() is not None \
+            or sys.gettrace() is not None:
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
