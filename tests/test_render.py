@@ -30,3 +30,24 @@ def test_missing_environment_says_which_flag_supplies_it():
     text = _unwrapped(render_text(without, color=False))
     assert "environment: not given (--env FILE" in text
     assert "config: rebuilt from the log" in text or "config:" not in text
+
+
+def test_json_puts_each_timeline_point_on_one_line():
+    import json
+
+    from dsdoctor.render.analysis import _clean, render_json
+
+    sample = Path(__file__).resolve().parents[1] / "sample_logs" / "fp16_loss_scale_collapse"
+    report = run_analysis([str(sample / "train.log")])
+    text = render_json(report)
+    # the same document as the plainly indented one (NaN and all, as strings)
+    assert json.loads(text) == json.loads(json.dumps(_clean(report.to_dict()), indent=2))
+    lines = text.splitlines()
+    start = lines.index('  "timeline": [')
+    rows = lines[start + 1:start + 1 + len(report.timeline)]
+    assert len(report.timeline) > 3
+    assert all(r.startswith('    {"file": ') and r.rstrip(",").endswith("}") for r in rows)
+    assert lines[start + 1 + len(report.timeline)] == "  ],"
+    # a report without a timeline keeps the plain layout
+    empty = run_analysis([], configs=[str(sample / "ds_config.json")])
+    assert '"timeline": []' in render_json(empty)

@@ -35,8 +35,26 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+# Stands in for the timeline while the rest is indented (json.dumps escapes the NUL bytes, so no
+# report text can collide with it).
+_TIMELINE_SLOT = "\0timeline\0"
+
+
 def render_json(report: Report) -> str:
-    return json.dumps(_clean(report.to_dict()), indent=2, ensure_ascii=False) + "\n"
+    """The report as indented JSON, each timeline point on one line: a big log's 3,000 sampled
+    points were 25,000 of its 25,400 lines, and indenting them ran the pure-Python encoder over
+    all of them (70 ms of a 0.5 s analysis of 512 MiB); one compact line per point is the C
+    encoder's, and reads as a table."""
+    data = _clean(report.to_dict())
+    points = data.get("timeline") or []
+    if points:
+        data["timeline"] = _TIMELINE_SLOT
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    if points:
+        rows = ",\n    ".join(json.dumps(p, ensure_ascii=False, separators=(", ", ": "))
+                             for p in points)
+        text = text.replace(json.dumps(_TIMELINE_SLOT), "[\n    " + rows + "\n  ]", 1)
+    return text + "\n"
 
 
 # --- shared summaries --------------------------------------------------------------------------
