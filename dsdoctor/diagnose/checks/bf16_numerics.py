@@ -28,6 +28,26 @@ ACCUM_KEY = "data_types.grad_accum_dtype"
 COMM_KEY = "communication_data_type"
 
 
+def _adding(ctx: Context, entry: str) -> str:
+    """How to add ``entry`` (a DeepSpeed config entry) to this run's config. An Accelerate
+    config that sets DeepSpeed through its own ``deepspeed_config`` keys has no place for it."""
+    if ctx.ds_source == "accelerate" and getattr(ctx.ds, "synthesized", False):
+        return (f"write the DeepSpeed settings to a JSON file with {entry} and name it in the "
+                "Accelerate config's deepspeed_config_file (its deepspeed_config keys cannot hold "
+                "it)")
+    return f"add {entry} to the config"
+
+
+def _accumulation_counts(ctx: Context, accum: Any) -> set[int]:
+    """The run's accumulation count and any other its sources give: where they disagree, the
+    fix of that conflict (DS109/DS311) decides which one the run will use."""
+    counts = {accum.value}
+    for c in ctx.run.conflicts:
+        if c.fact == "grad_accum":
+            counts |= {k.value for k in (c.kept, c.other) if isinstance(k.value, int)}
+    return counts
+
+
 def _dtype(v: Any) -> str | None:
     return v.strip().lower() if isinstance(v, str) and v.strip().lower() != "auto" else None
 
@@ -43,7 +63,7 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
     if stage is None:
         return
     written = _dtype(ctx.cfg_get(ACCUM_KEY))
-    if accum.value < MANY_TERMS and not (written == "fp32" and stage >= 2):
+    if min(_accumulation_counts(ctx, accum)) < MANY_TERMS and not (written == "fp32" and stage >= 2):
         return
     steps = f"gradient_accumulation_steps {accum.value} ({accum.source.describe()})"
     offload = offload_device(ctx, "optimizer")
@@ -57,7 +77,7 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
             path=ACCUM_KEY if ctx.cfg_has(ACCUM_KEY) else "bf16",
             fix=(f"set {ACCUM_KEY} from {show_json(ctx.cfg_get(ACCUM_KEY))} to \"fp32\""
                  if ctx.cfg_has(ACCUM_KEY) else
-                 'add "data_types": {"grad_accum_dtype": "fp32"} to the config (ZeRO-1 then '
+                 _adding(ctx, '"data_types": {"grad_accum_dtype": "fp32"}') + " (ZeRO-1 then "
                  "uses DeepSpeed's BF16_Optimizer, which accumulates in fp32: 4 bytes per "
                  "parameter more GPU memory)"),
             change={"op": "set", "path": ACCUM_KEY, "old": ctx.cfg_get(ACCUM_KEY), "new": "fp32"})
@@ -70,9 +90,10 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
             f"{ACCUM_KEY} \"fp32\" is not accepted without ZeRO (DeepSpeed raises "
             f"\"unsupported mix\"); ZeRO stage 1 is where it works.",
             path="zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage") else "bf16",
-            fix='set zero_optimization.stage to 1 and add "data_types": {"grad_accum_dtype": '
-                '"fp32"} (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps '
-                "with a larger micro batch")
+            fix="set zero_optimization.stage to 1 and "
+                + _adding(ctx, '"data_types": {"grad_accum_dtype": "fp32"}')
+                + " (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps with a "
+                "larger micro batch")
         return
     # Stage 2/3, or stage 1 with optimizer offload: the key is not read.
     why = f"ZeRO stage {stage}" + (f" with optimizer offload ({offload})" if offload else "")
@@ -92,8 +113,8 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"at ZeRO stage 1 without offload, so adding it here would change nothing.",
         path="bf16",
         fix=("if the loss is noisier than in fp32, use ZeRO stage 1 without offload_optimizer and "
-             "add \"data_types\": {\"grad_accum_dtype\": \"fp32\"} (if the memory allows), or "
-             "accumulate fewer steps with a larger micro batch"))
+             + _adding(ctx, '"data_types": {"grad_accum_dtype": "fp32"}')
+             + " (if the memory allows), or accumulate fewer steps with a larger micro batch"))
 
 
 def bf16_reductions(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -115,6 +136,6 @@ def bf16_reductions(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"loses more than fp16 here). fp32 reductions cost twice the gradient traffic.",
         path=COMM_KEY if ctx.cfg_has(COMM_KEY) else "bf16",
         fix=(f"set {COMM_KEY} from {show_json(ctx.cfg_get(COMM_KEY))} to \"fp32\""
-             if ctx.cfg_has(COMM_KEY) else f'add "{COMM_KEY}": "fp32" at the top level of the config')
+             if ctx.cfg_has(COMM_KEY) else _adding(ctx, f'"{COMM_KEY}": "fp32" (top level)'))
             + " if the loss is noisier than expected (the reductions then accumulate in fp32)",
         change={"op": "set", "path": COMM_KEY, "old": ctx.cfg_get(COMM_KEY), "new": "fp32"})
