@@ -14,6 +14,8 @@ Which install is measured matters:
   installs it (``pip install .``; the code is refreshed on every run), the way users run it;
 - ``--code DIR``: also an older copy of the package (e.g. ``git archive`` of a commit), through
   PYTHONPATH, in the same run.
+A third command is the floor: an interpreter importing just the standard-library modules the
+analysis imports, and nothing else.
 The data cache and bytecode are written once before timing, as after any install:
 PYTHONDONTWRITEBYTECODE is removed from the children's environment (set, as on this project's
 machine, every run compiles about 90 modules from source, CPU that no installed copy spends).
@@ -25,6 +27,8 @@ Children run in an empty directory, so that ``-m dsdoctor`` finds the install be
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import os
 import statistics
 import subprocess
@@ -62,6 +66,31 @@ def installed_python() -> str:
     return str(py)
 
 
+# Run in a child: the standard-library modules a JSON analysis imports beyond a bare interpreter's.
+_STDLIB_USED = """
+import contextlib, io, json, sys
+bare = set(json.loads(sys.argv[1]))
+from dsdoctor.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(sys.argv[2:])
+print(json.dumps(sorted(m for m in sys.modules
+                        if m not in bare and m.split(".")[0] in sys.stdlib_module_names)))
+"""
+
+
+def stdlib_floor_cmd(python: str, cwd: str) -> list[str]:
+    """``python -c`` importing just the standard-library modules the README sample's JSON
+    analysis imports: the floor no Python implementation of this design can go under."""
+    # (the bare interpreter's modules printed without importing json for it)
+    bare = subprocess.run([python, "-c", "import sys; print(repr(sorted(sys.modules)))"],
+                          capture_output=True, text=True, check=True, cwd=cwd).stdout
+    bare = json.dumps(ast.literal_eval(bare))
+    used = subprocess.run([python, "-c", _STDLIB_USED, bare, *analyze_cmd(python, "json")[3:]],
+                          capture_output=True, text=True, check=True, cwd=cwd, env=CHILD_ENV).stdout
+    names = json.loads(used)
+    return [python, "-c", f"import importlib\nfor m in {names!r}:\n    importlib.import_module(m)"]
+
+
 def analyze_cmd(python: str, output: str) -> list[str]:
     cmd = [python, "-m", "dsdoctor", "analyze", str(SAMPLE / "train.log"), "--config",
            str(SAMPLE / "ds_config.json")]
@@ -76,6 +105,8 @@ def measure(python: str, repeat: int, code: str | None = None) -> dict[str, dict
         "analyze --format json": (analyze_cmd(python, "json"), CHILD_ENV),
         "analyze (text)": (analyze_cmd(python, "text"), CHILD_ENV),
     }
+    with tempfile.TemporaryDirectory() as cwd:
+        runs["its standard-library imports only"] = (stdlib_floor_cmd(python, cwd), CHILD_ENV)
     if code:
         # -P: otherwise ``-m`` finds the working directory's dsdoctor first
         cmd = analyze_cmd(python, "json")
