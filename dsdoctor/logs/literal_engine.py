@@ -1,26 +1,29 @@
-"""The pure-Python prefilter engine: rare-byte anchors in one regex pass, then exact confirmation.
+"""The pure-Python prefilter engine: one regex pass finds every literal, then exact confirmation.
 
 For platforms without a Hyperscan wheel. Searching each prefilter's required literal with
-``bytes.find`` costs one pass over the chunk per literal (about 160 passes). Instead:
+``bytes.find`` costs one pass over the chunk per literal (about 300 passes). Instead:
 
 1. Each prefilter gets a set of literals one of which every match contains; branches and small
    character classes are expanded (``NCCL ([Ee]rror|failure)`` gives ``NCCL Error``, ``NCCL
    error``, ``NCCL failure``, not just ``NCCL ``), so few lines are candidates.
-2. Each literal is anchored at one of its bytes, chosen so that the set of anchor bytes is rare
-   in this log (a greedy weighted set cover over byte frequencies measured on the first chunk the
-   engine sees). All anchors go into one regex, factored as a trie: ``re`` skips the bytes that
-   cannot start an anchor in C, so one pass finds every anchor (a ``bytes.find`` pass costs about
-   as much as the whole regex pass). A literal made only of very common bytes is searched with
-   ``bytes.find`` on its own.
-3. On each anchor hit, the hit's line is checked for the full literals behind that anchor, and
-   the prefilter regexes of their patterns confirm the line. Which lines are candidates changes
-   with the anchors chosen; what is confirmed never does, so the result is the Hyperscan engine's.
+2. Each literal is anchored at one of its bytes, anywhere in it, chosen so that the set of anchor
+   bytes is rare in this log (a greedy weighted set cover over byte frequencies measured on the
+   first chunk the engine sees). All literals go into one regex whose alternatives each start
+   with an anchor byte: ``re`` skips the bytes that cannot start one in C and tries the rest of
+   the literals only where one can, the bytes after the anchor as a trie and the bytes before
+   it as a lookbehind. A caseless literal is anchored at a byte in both cases and matched
+   caselessly in the same pass (no lower-cased copy of the chunk, no second pass). A literal
+   made only of very common bytes is searched with ``bytes.find`` on its own.
+3. Each match is an occurrence of a whole literal; the prefilter regexes of its patterns confirm
+   its line. Which bytes anchor the literals changes with the log; what is confirmed never does,
+   so the result is the Hyperscan engine's.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dsdoctor.logs.formats import Pattern, required_literals
@@ -34,13 +37,19 @@ except ImportError:  # pragma: no cover - Python 3.10
 
 MAX_EXPANSION = 32  # alternatives one literal set may grow to (branches x character classes)
 MIN_LITERAL = 3
-SAMPLE_BYTES = 256 << 10  # frequencies are measured on this much of the first chunk
-# A byte more frequent than this in the sample (a space, "0") costs the anchor regex more than a
-# bytes.find pass over the chunk costs: a literal made only of such bytes is searched with find.
-FIND_FRACTION = 0.08
-# What an anchor byte occurring in every byte of the chunk would cost the regex pass, in
-# bytes.find passes (measured: about 1.4 passes per 1% of the bytes, CPython 3.11, x86_64).
-BYTE_COST = 140.0
+SAMPLE_BYTES = 256 << 10  # byte frequencies are measured on up to this much of the log
+# What the search costs, in nanoseconds per byte of the chunk or per occurrence (measured on a
+# training log, CPython 3.11, x86_64; only their ratios matter). The regex pass tests every byte
+# against the set of anchor bytes (about 2 ns a byte) and tries the literals at each anchor
+# byte's occurrences; each byte in the set also slows every attempt a little (one more branch
+# alternative to skip). A byte too rare for that is found with ``bytes.find`` (memchr) instead,
+# then its literals are tried at each occurrence from Python. An exact literal whose bytes are
+# all common is searched on its own with ``bytes.find``.
+ATTEMPT_NS = 40.0  # per occurrence of an anchor byte in the regex pass
+ALTERNATIVE_NS = 0.15  # per byte of the chunk, for each anchor byte in the regex pass
+MEMCHR_NS = 0.05  # per byte of the chunk: one memchr pass for a rare anchor byte
+MEMCHR_HIT_NS = 600.0  # per occurrence of a rare anchor byte (a Python loop step, a regex match)
+FIND_NS = 0.5  # per byte of the chunk: bytes.find of one literal
 
 
 def _full(items: Any) -> list[bytes] | None:
@@ -136,18 +145,6 @@ def expanded_literals(prefilter: str, caseless: bool) -> tuple[bytes, ...] | Non
     return tuple(dict.fromkeys(lits))
 
 
-def _trie(words: list[bytes]) -> bytes:
-    """One regex matching any of ``words`` (none a prefix of another), factored by prefix."""
-    groups: dict[bytes, list[bytes]] = {}
-    for w in words:
-        groups.setdefault(w[:1], []).append(w[1:])
-    alts = []
-    for head, tails in sorted(groups.items()):
-        tails = [t for t in tails if t]
-        alts.append(re.escape(head) + (_trie(tails) if tails else b""))
-    return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
-
-
 def _minimal(table: dict[bytes, set[int]]) -> dict[bytes, set[int]]:
     """Literals with no shorter literal inside them; a longer one's patterns move to a shorter
     one it contains (every occurrence of the longer is one of the shorter)."""
@@ -162,55 +159,169 @@ def _minimal(table: dict[bytes, set[int]]) -> dict[bytes, set[int]]:
     return out
 
 
-class _Plan:
-    """How one haystack case (exact or lower-cased) is searched: anchors in one regex, and
-    ``bytes.find`` for a literal made only of very common bytes."""
+@dataclass(frozen=True)
+class _Literal:
+    """A literal one of whose occurrences every match of ``patterns`` contains (lower-cased
+    and matched in any case when ``caseless``)."""
 
-    def __init__(self, table: dict[bytes, set[int]], sample: bytes):
-        lits = _minimal(table)
-        counted = {b: sample.count(b) for b in set(b"".join(lits))}
-        common = len(sample) * FIND_FRACTION
-        # where an anchor may start: MIN_LITERAL bytes before the end (a short tail such as
-        # the "F" of "INF" matches everywhere), not at a byte too common to skip
-        spots = {lit: {lit[j] for j in range(max(1, len(lit) - MIN_LITERAL + 1))
-                       if counted[lit[j]] <= common} for lit in lits}
-        # the anchor bytes: a greedy set cover that weighs what each byte costs the regex pass
-        # (re tries the trie at every occurrence of an anchor's first byte) against the
-        # bytes.find passes it saves, so the first-byte set stays rare in this log
-        chosen: set[int] = set()
-        todo = {lit for lit, bs in spots.items() if bs}
-        per_byte = BYTE_COST / max(1, len(sample))
-        while todo:
-            gain: dict[int, int] = {}
-            for lit in todo:
-                for b in spots[lit]:
-                    gain[b] = gain.get(b, 0) + 1
-            best = max(gain, key=lambda b: (gain[b] - counted[b] * per_byte, -b))
-            if gain[best] - counted[best] * per_byte <= 0:
-                break  # the rest are cheaper as finds
-            chosen.add(best)
-            todo = {lit for lit in todo if best not in spots[lit]}
-        self.anchors: dict[bytes, list[tuple[bytes, tuple[int, ...]]]] = {}
-        self.finds: list[tuple[bytes, tuple[int, ...]]] = []
-        for lit, idxs in lits.items():
-            entry = (lit, tuple(sorted(idxs)))
-            starts = [j for j in range(max(1, len(lit) - MIN_LITERAL + 1)) if lit[j] in chosen]
-            if not starts:
-                self.finds.append(entry)
+    text: bytes
+    caseless: bool
+    patterns: tuple[int, ...]
+
+    def cases(self, byte: int) -> frozenset[int]:
+        """The bytes of a chunk that are this literal's byte ``byte``."""
+        if self.caseless and 97 <= byte <= 122:
+            return frozenset((byte, byte - 32))
+        return frozenset((byte,))
+
+    def at(self, data, pos: int, limit: int) -> bool:
+        """Whether this literal occurs at ``pos`` of ``data[:limit]``."""
+        if pos < 0:
+            return False
+        if not self.caseless:
+            return data.startswith(self.text, pos, limit)
+        end = pos + len(self.text)
+        return end <= limit and data[pos:end].lower() == self.text
+
+    def regex(self, text: bytes) -> bytes:
+        """``text`` (a part of this literal) as a regex, caseless letters as classes (which
+        sre's branches skip as fast as plain bytes, unlike an ``(?i:...)`` group)."""
+        if not self.caseless:
+            return re.escape(text)
+        return b"".join(b"[" + bytes((c, c - 32)) + b"]" if 97 <= c <= 122
+                        else re.escape(bytes((c,))) for c in text)
+
+
+def _regex_ns(freq: float) -> float:
+    return freq * ATTEMPT_NS + ALTERNATIVE_NS
+
+
+def _memchr_ns(freq: float) -> float:
+    return MEMCHR_NS + freq * MEMCHR_HIT_NS
+
+
+def _cover(lits: list[_Literal], cost: dict[int, float]) -> set[int]:
+    """The anchor bytes: a greedy weighted set cover, then redundant bytes dropped. ``cost`` is
+    what searching for a byte costs (ns per byte of the chunk); an exact literal no chosen byte
+    covers costs one ``bytes.find`` pass. The bytes with the least cost per literal they newly
+    cover are added while that is cheaper than a find. A caseless literal's letter covers it
+    only in both cases, and it has no find: one left over gets its cheapest byte."""
+    by_need: dict[frozenset[int], set[int]] = {}  # bytes that together cover literals
+    for k, lit in enumerate(lits):
+        for b in set(lit.text):
+            by_need.setdefault(lit.cases(b), set()).add(k)
+    needs_with: dict[int, list[frozenset[int]]] = {}
+    for need in by_need:
+        for b in need:
+            needs_with.setdefault(b, []).append(need)
+    todo = set(range(len(lits)))
+    chosen: set[int] = set()
+    while todo:
+        best: tuple[float, int, list[int]] | None = None
+        best_covered: set[int] = set()
+        for need in by_need:
+            new = need - chosen
+            if not new:
+                continue  # its literals are covered already
+            grown = chosen | new
+            covered = {k for b in new for n in needs_with[b] if n <= grown
+                       for k in by_need[n]} & todo
+            if covered:
+                key = (sum(cost[b] for b in new) / len(covered), -len(covered), sorted(need))
+                if best is None or key < best:
+                    best, best_covered = key, covered
+        if best is None or best[0] >= FIND_NS:
+            break  # the rest are cheaper as finds
+        chosen.update(best[2])
+        todo -= best_covered
+    for k in sorted(todo):
+        lit = lits[k]
+        if lit.caseless and not any(lit.cases(b) <= chosen for b in lit.text):
+            chosen |= min((lit.cases(b) for b in set(lit.text)),
+                          key=lambda n: (sum(cost[b] for b in n - chosen), sorted(n)))
+    # a byte chosen early may have become redundant: drop the costliest that are
+    kept = [lit for lit in lits if any(lit.cases(b) <= chosen for b in lit.text)]
+    for b in sorted(chosen, key=lambda b: (-cost[b], b)):
+        rest = chosen - {b}
+        if all(any(lit.cases(c) <= rest for c in lit.text) for lit in kept):
+            chosen = rest
+    return chosen
+
+
+class _Plan:
+    """How a chunk is searched: one regex pass for the common anchor bytes, a ``bytes.find``
+    (memchr) loop for each rare one, and ``bytes.find`` for the exact literals made only of
+    very common bytes.
+
+    A literal is anchored at any one of its bytes: the regex matches the rest of the literal
+    after that byte and checks the bytes before it with a lookbehind, so every match is an
+    occurrence of a whole literal. A caseless literal's anchor is a byte in both cases and the
+    rest matches in any case, so exact and caseless literals share the one pass.
+    """
+
+    def __init__(self, exact: dict[bytes, set[int]], folded: dict[bytes, set[int]],
+                 sample: bytes):
+        lits = [_Literal(t, False, tuple(sorted(i))) for t, i in _minimal(exact).items()]
+        lits += [_Literal(t, True, tuple(sorted(i))) for t, i in _minimal(folded).items()]
+        size = max(1, len(sample))
+        wanted = set(b"".join(lit.text + lit.text.upper() for lit in lits))
+        freq = {b: sample.count(bytes((b,))) / size for b in wanted}
+        cost = {b: min(_regex_ns(f), _memchr_ns(f)) for b, f in freq.items()}
+        chosen = _cover(lits, cost)
+        # the literals anchored at each byte: (offset of the anchor in the literal, literal)
+        self.groups: dict[int, list[tuple[int, _Literal]]] = {}
+        self.finds: list[_Literal] = []
+        for lit in lits:
+            spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
+            if not spots:
+                self.finds.append(lit)
                 continue
-            j = min(starts, key=lambda j: (counted[lit[j]], j))
-            self.anchors.setdefault(lit[j:], []).append(entry)
-        # anchors must not overlap as prefixes: the regex reports one anchor per start offset
-        for a in sorted(self.anchors, key=len, reverse=True):
-            shorter = next((b for b in self.anchors if b != a and a.startswith(b)), None)
-            if shorter is not None:
-                self.anchors[shorter].extend(self.anchors.pop(a))
-        self.regex = re.compile(_trie(list(self.anchors))) if self.anchors else None
+            j = min(spots, key=lambda j: (sum(freq[b] for b in lit.cases(lit.text[j])), j))
+            for b in lit.cases(lit.text[j]):
+                self.groups.setdefault(b, []).append((j, lit))
+        common = sorted((b for b in self.groups if _regex_ns(freq[b]) < _memchr_ns(freq[b])),
+                        key=lambda b: (-freq[b], b))
+        self.regex = re.compile(b"|".join(re.escape(bytes((b,))) + _after(self.groups[b])
+                                          for b in common)) if common else None
+        # the rare anchor bytes: (the byte, a regex for its literals at one occurrence)
+        self.rare = [(bytes((b,)), re.compile(re.escape(bytes((b,))) + _after(self.groups[b])))
+                     for b in sorted(set(self.groups) - set(common))]
+
+
+_Tails = dict[bytes, list[tuple[int, _Literal]]]
+
+
+def _after(entries: list[tuple[int, _Literal]]) -> bytes:
+    """The regex for what follows an anchor byte: the rest of each literal anchored there,
+    factored by prefix, then a lookbehind for the literal's bytes up to the anchor."""
+    exact: _Tails = {}
+    folded: _Tails = {}
+    for j, lit in entries:
+        (folded if lit.caseless else exact).setdefault(lit.text[j + 1:], []).append((j, lit))
+    parts = ([_trie(exact, False)] if exact else []) + ([_trie(folded, True)] if folded else [])
+    return parts[0] if len(parts) == 1 else b"(?:" + b"|".join(parts) + b")"
+
+
+def _trie(tails: _Tails, caseless: bool) -> bytes:
+    """A regex that matches where one of ``tails`` does and one of its literals' lookbehinds
+    holds after it. A tail may be a prefix of another: sre tries the alternatives in turn."""
+    ends = tails.get(b"", [])
+    if any(j == 0 for j, _ in ends):
+        return b""  # a literal that starts at its anchor byte is whole once its tail is
+    alts = [b"(?<=" + lit.regex(lit.text) + b")" for _, lit in ends]
+    heads: dict[bytes, _Tails] = {}
+    for tail, got in tails.items():
+        if tail:
+            heads.setdefault(tail[:1], {})[tail[1:]] = got
+    for head, rest in sorted(heads.items()):
+        shown = _Literal(head, caseless, ()).regex(head)
+        alts.append(shown + _trie(rest, caseless))
+    return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
 
 class PythonEngine:
-    """Anchor regex + literal finds + per-line regex confirmation. Pure Python, identical
-    results to the Hyperscan engine."""
+    """Anchor regex + rare-byte and literal finds + per-line regex confirmation. Pure Python,
+    identical results to the Hyperscan engine."""
 
     name = "python"
 
@@ -231,57 +342,66 @@ class PythonEngine:
             table = self._folded if p.caseless else self._exact
             for lit in lits:
                 table.setdefault(lit, set()).add(i)
-        self._plans: tuple[_Plan | None, _Plan | None] | None = None
+        self._plan: _Plan | None = None
+        self._sample = b""  # the bytes the plan was measured on (the log's first ones)
+        self._planned = 0  # how many of them the current plan was measured on
 
-    def _plan(self, data, limit: int, folded: bytes) -> tuple[_Plan | None, _Plan | None]:
-        if self._plans is None:  # measured once, on the first chunk this engine sees
-            sample = bytes(memoryview(data)[:min(limit, SAMPLE_BYTES)])
-            self._plans = (_Plan(self._exact, sample) if self._exact else None,
-                           _Plan(self._folded, folded[:SAMPLE_BYTES]) if self._folded else None)
-        return self._plans
+    def plan(self, data, limit: int) -> _Plan:
+        """The search plan, measured on the log's first SAMPLE_BYTES: a stream fed in small
+        pieces is measured again each time its sample has doubled."""
+        if len(self._sample) < SAMPLE_BYTES:
+            self._sample += bytes(memoryview(data)[:min(limit, SAMPLE_BYTES - len(self._sample))])
+        if self._plan is None or len(self._sample) >= 2 * self._planned and \
+                self._planned < SAMPLE_BYTES:
+            self._plan = _Plan(self._exact, self._folded, self._sample)
+            self._planned = max(1, len(self._sample))
+        return self._plan
 
     def candidates(self, data, limit: int) -> list[tuple[int, int]]:
         """(offset inside a match, pattern index) pairs in ``data[:limit]``, sorted by offset."""
         out: list[tuple[int, int]] = []
         if not limit:
             return out
-        # one lower-cased copy (bytes.lower keeps every offset); searches stop at limit
-        folded = bytes(data).lower() if self._folded and isinstance(data, memoryview) \
-            else data.lower() if self._folded else b""
+        plan = self.plan(data, limit)
         done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
-        for plan, hay in zip(self._plan(data, limit, folded), (data, folded)):
-            if plan is None:
-                continue
-            if plan.regex is not None:
-                search = plan.regex.search
-                m = search(hay, 0, limit)
-                while m is not None:
-                    pos = m.start()
-                    self._line(data, hay, pos, limit, plan.anchors[m.group()], done, out)
-                    m = search(hay, pos + 1, limit)  # anchors may overlap
-            for lit, idxs in plan.finds:
-                find = hay.find
-                pos = find(lit, 0, limit)
-                while pos != -1:
-                    end = self._line(data, hay, pos, limit, ((lit, idxs),), done, out)
-                    pos = find(lit, end, limit)
+        groups = plan.groups
+        if plan.regex is not None:
+            search = plan.regex.search
+            m = search(data, 0, limit)
+            while m is not None:
+                pos = m.start()
+                self._line(data, pos, limit, groups[data[pos]], done, out)
+                m = search(data, pos + 1, limit)  # literals may overlap
+        find = data.find
+        for byte, regex in plan.rare:
+            match = regex.match
+            pos = find(byte, 0, limit)
+            while pos != -1:
+                if match(data, pos, limit) is not None:
+                    self._line(data, pos, limit, groups[byte[0]], done, out)
+                pos = find(byte, pos + 1, limit)
+        for lit in plan.finds:
+            pos = find(lit.text, 0, limit)
+            while pos != -1:
+                end = self._line(data, pos, limit, ((0, lit),), done, out)
+                pos = find(lit.text, end, limit)
         for i in self._no_literal:
             for m in self._regexes[i].finditer(data, 0, limit):
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
         out.sort()
         return out
 
-    def _line(self, data, hay, pos: int, limit: int, entries, done: set, out: list) -> int:
-        """Confirm the line holding ``pos`` for the patterns of the literals it contains; return
-        the line's end."""
+    def _line(self, data, pos: int, limit: int, entries, done: set, out: list) -> int:
+        """Confirm the line holding ``pos`` for the patterns of the literals of ``entries``
+        (anchor offset, literal) that occur at ``pos``; return the line's end."""
         start = data.rfind(b"\n", 0, pos) + 1
         end = data.find(b"\n", pos, limit)
         if end == -1:
             end = limit
-        for lit, idxs in entries:
-            if hay.find(lit, start, end) == -1:
+        for j, lit in entries:
+            if not lit.at(data, pos - j, limit):
                 continue
-            for i in idxs:
+            for i in lit.patterns:
                 if (start, i) in done:
                     continue
                 done.add((start, i))
