@@ -66,7 +66,7 @@ def test_candidates_equal_the_prefilter_matches_whatever_the_anchors(
         monkeypatch, find_fraction) -> None:
     """All literals searched with find (every byte too common), all as regex anchors (none
     is), and the default: the same candidate lines, which are exactly the prefilters' matches."""
-    monkeypatch.setattr(literal_engine, "FIND_NS", find_fraction)
+    monkeypatch.setattr(literal_engine, "PASS_NS", find_fraction)
     data = b"\n".join(_lines() * 3) + b"\n"
     engine = PythonEngine(PATTERNS)
     assert _found(engine, data) == _truth(data, PATTERNS)

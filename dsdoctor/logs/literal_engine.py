@@ -39,17 +39,17 @@ MAX_EXPANSION = 32  # alternatives one literal set may grow to (branches x chara
 MIN_LITERAL = 3
 SAMPLE_BYTES = 256 << 10  # byte frequencies are measured on up to this much of the log
 # What the search costs, in nanoseconds per byte of the chunk or per occurrence (measured on a
-# training log, CPython 3.11, x86_64; only their ratios matter). The regex pass tests every byte
-# against the set of anchor bytes (about 2 ns a byte) and tries the literals at each anchor
-# byte's occurrences; each byte in the set also slows every attempt a little (one more branch
-# alternative to skip). A byte too rare for that is found with ``bytes.find`` (memchr) instead,
-# then its literals are tried at each occurrence from Python. An exact literal whose bytes are
-# all common is searched on its own with ``bytes.find``.
-ATTEMPT_NS = 40.0  # per occurrence of an anchor byte in the regex pass
-ALTERNATIVE_NS = 0.15  # per byte of the chunk, for each anchor byte in the regex pass
+# training log, CPython 3.11, x86_64; only their ratios matter). A regex that starts with a
+# literal byte is searched by sre in a tight C loop (about 0.27 ns a byte, less than a
+# bytes.find of a short literal), then tries the literals anchored there at each occurrence of
+# that byte. A byte too rare for that is found with bytes.find (memchr) instead, then its
+# literals are tried at each occurrence from Python. An exact literal whose bytes are all
+# common gets a pass of its own. (One regex for all anchor bytes costs more: sre tests a set
+# of first bytes at about 2 ns a byte and skips each branch alternative at each attempt.)
+PASS_NS = 0.27  # per byte of the chunk: one regex pass that starts with a literal
+ATTEMPT_NS = 35.0  # per occurrence of its first byte: trying the literals anchored there
 MEMCHR_NS = 0.05  # per byte of the chunk: one memchr pass for a rare anchor byte
 MEMCHR_HIT_NS = 600.0  # per occurrence of a rare anchor byte (a Python loop step, a regex match)
-FIND_NS = 0.5  # per byte of the chunk: bytes.find of one literal
 
 
 def _full(items: Any) -> list[bytes] | None:
@@ -192,8 +192,8 @@ class _Literal:
                         else re.escape(bytes((c,))) for c in text)
 
 
-def _regex_ns(freq: float) -> float:
-    return freq * ATTEMPT_NS + ALTERNATIVE_NS
+def _pass_ns(freq: float) -> float:
+    return PASS_NS + freq * ATTEMPT_NS
 
 
 def _memchr_ns(freq: float) -> float:
@@ -203,8 +203,8 @@ def _memchr_ns(freq: float) -> float:
 def _cover(lits: list[_Literal], cost: dict[int, float]) -> set[int]:
     """The anchor bytes: a greedy weighted set cover, then redundant bytes dropped. ``cost`` is
     what searching for a byte costs (ns per byte of the chunk); an exact literal no chosen byte
-    covers costs one ``bytes.find`` pass. The bytes with the least cost per literal they newly
-    cover are added while that is cheaper than a find. A caseless literal's letter covers it
+    covers costs a pass of its own. The bytes with the least cost per literal they newly cover
+    are added while that is cheaper than such a pass. A caseless literal's letter covers it
     only in both cases, and it has no find: one left over gets its cheapest byte."""
     by_need: dict[frozenset[int], set[int]] = {}  # bytes that together cover literals
     for k, lit in enumerate(lits):
@@ -230,8 +230,8 @@ def _cover(lits: list[_Literal], cost: dict[int, float]) -> set[int]:
                 key = (sum(cost[b] for b in new) / len(covered), -len(covered), sorted(need))
                 if best is None or key < best:
                     best, best_covered = key, covered
-        if best is None or best[0] >= FIND_NS:
-            break  # the rest are cheaper as finds
+        if best is None or best[0] >= PASS_NS:
+            break  # the rest are cheaper searched on their own
         chosen.update(best[2])
         todo -= best_covered
     for k in sorted(todo):
@@ -249,14 +249,14 @@ def _cover(lits: list[_Literal], cost: dict[int, float]) -> set[int]:
 
 
 class _Plan:
-    """How a chunk is searched: one regex pass for the common anchor bytes, a ``bytes.find``
-    (memchr) loop for each rare one, and ``bytes.find`` for the exact literals made only of
-    very common bytes.
+    """How a chunk is searched: a regex pass for each common anchor byte, a ``bytes.find``
+    (memchr) loop for each rare one, and a pass of its own for an exact literal made only of
+    common bytes.
 
     A literal is anchored at any one of its bytes: the regex matches the rest of the literal
     after that byte and checks the bytes before it with a lookbehind, so every match is an
     occurrence of a whole literal. A caseless literal's anchor is a byte in both cases and the
-    rest matches in any case, so exact and caseless literals share the one pass.
+    rest matches in any case, so exact and caseless literals share the passes.
     """
 
     def __init__(self, exact: dict[bytes, set[int]], folded: dict[bytes, set[int]],
@@ -266,26 +266,31 @@ class _Plan:
         size = max(1, len(sample))
         wanted = set(b"".join(lit.text + lit.text.upper() for lit in lits))
         freq = {b: sample.count(bytes((b,))) / size for b in wanted}
-        cost = {b: min(_regex_ns(f), _memchr_ns(f)) for b, f in freq.items()}
+        cost = {b: min(_pass_ns(f), _memchr_ns(f)) for b, f in freq.items()}
         chosen = _cover(lits, cost)
         # the literals anchored at each byte: (offset of the anchor in the literal, literal)
-        self.groups: dict[int, list[tuple[int, _Literal]]] = {}
-        self.finds: list[_Literal] = []
+        groups: dict[int, list[tuple[int, _Literal]]] = {}
+        alone: list[_Literal] = []
         for lit in lits:
             spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
             if not spots:
-                self.finds.append(lit)
+                alone.append(lit)
                 continue
             j = min(spots, key=lambda j: (sum(freq[b] for b in lit.cases(lit.text[j])), j))
             for b in lit.cases(lit.text[j]):
-                self.groups.setdefault(b, []).append((j, lit))
-        common = sorted((b for b in self.groups if _regex_ns(freq[b]) < _memchr_ns(freq[b])),
-                        key=lambda b: (-freq[b], b))
-        self.regex = re.compile(b"|".join(re.escape(bytes((b,))) + _after(self.groups[b])
-                                          for b in common)) if common else None
-        # the rare anchor bytes: (the byte, a regex for its literals at one occurrence)
-        self.rare = [(bytes((b,)), re.compile(re.escape(bytes((b,))) + _after(self.groups[b])))
-                     for b in sorted(set(self.groups) - set(common))]
+                groups.setdefault(b, []).append((j, lit))
+        # (a regex whose every match is an occurrence of one of the literals, the literals as
+        # (offset of the match in the literal, literal)): by regex search, or by memchr for a
+        # rare first byte (then the byte, and the regex matched at each of its occurrences)
+        self.passes: list[tuple[re.Pattern[bytes], list[tuple[int, _Literal]]]] = []
+        self.rare: list[tuple[bytes, re.Pattern[bytes], list[tuple[int, _Literal]]]] = []
+        for b, entries in sorted(groups.items()):
+            regex = re.compile(re.escape(bytes((b,))) + _after(entries))
+            if _pass_ns(freq[b]) <= _memchr_ns(freq[b]):
+                self.passes.append((regex, entries))
+            else:
+                self.rare.append((bytes((b,)), regex, entries))
+        self.passes += [(re.compile(re.escape(lit.text)), [(0, lit)]) for lit in alone]
 
 
 _Tails = dict[bytes, list[tuple[int, _Literal]]]
@@ -364,27 +369,21 @@ class PythonEngine:
             return out
         plan = self.plan(data, limit)
         done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
-        groups = plan.groups
-        if plan.regex is not None:
-            search = plan.regex.search
+        for regex, entries in plan.passes:
+            search = regex.search
             m = search(data, 0, limit)
             while m is not None:
                 pos = m.start()
-                self._line(data, pos, limit, groups[data[pos]], done, out)
+                self._line(data, pos, limit, entries, done, out)
                 m = search(data, pos + 1, limit)  # literals may overlap
         find = data.find
-        for byte, regex in plan.rare:
+        for byte, regex, entries in plan.rare:
             match = regex.match
             pos = find(byte, 0, limit)
             while pos != -1:
                 if match(data, pos, limit) is not None:
-                    self._line(data, pos, limit, groups[byte[0]], done, out)
+                    self._line(data, pos, limit, entries, done, out)
                 pos = find(byte, pos + 1, limit)
-        for lit in plan.finds:
-            pos = find(lit.text, 0, limit)
-            while pos != -1:
-                end = self._line(data, pos, limit, ((0, lit),), done, out)
-                pos = find(lit.text, end, limit)
         for i in self._no_literal:
             for m in self._regexes[i].finditer(data, 0, limit):
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
