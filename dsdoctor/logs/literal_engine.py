@@ -50,6 +50,7 @@ PASS_NS = 0.27  # per byte of the chunk: one regex pass that starts with a liter
 ATTEMPT_NS = 35.0  # per occurrence of its first byte: trying the literals anchored there
 MEMCHR_NS = 0.05  # per byte of the chunk: one memchr pass for a rare anchor byte
 MEMCHR_HIT_NS = 600.0  # per occurrence of a rare anchor byte (a Python loop step, a regex match)
+LOOKBEHIND_NS = 8.0  # per occurrence of an anchor byte, for each literal that ends there
 
 
 def _full(items: Any) -> list[bytes] | None:
@@ -268,6 +269,18 @@ class _Plan:
         freq = {b: sample.count(bytes((b,))) / size for b in wanted}
         cost = {b: min(_pass_ns(f), _memchr_ns(f)) for b, f in freq.items()}
         chosen = _cover(lits, cost)
+        # A literal anchored at its last byte ends in a lookbehind that sre evaluates at each
+        # occurrence of that byte (about 8 ns, where a branch alternative starting with a byte
+        # is skipped in 1 or 2): another of its bytes is chosen too when that costs less.
+        for lit in lits:
+            spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
+            if not spots or spots[0] != len(lit.text) - 1:
+                continue
+            last = sum(freq[b] for b in lit.cases(lit.text[-1])) * LOOKBEHIND_NS
+            need = min((lit.cases(b) for b in set(lit.text[:-1])),
+                       key=lambda n: (sum(cost[b] for b in n - chosen), sorted(n)), default=None)
+            if need is not None and sum(cost[b] for b in need - chosen) < last:
+                chosen |= need
         # the literals anchored at each byte: (offset of the anchor in the literal, literal)
         groups: dict[int, list[tuple[int, _Literal]]] = {}
         alone: list[_Literal] = []
@@ -279,18 +292,45 @@ class _Plan:
             j = min(spots, key=lambda j: (sum(freq[b] for b in lit.cases(lit.text[j])), j))
             for b in lit.cases(lit.text[j]):
                 groups.setdefault(b, []).append((j, lit))
-        # (a regex whose every match is an occurrence of one of the literals, the literals as
-        # (offset of the match in the literal, literal)): by regex search, or by memchr for a
-        # rare first byte (then the byte, and the regex matched at each of its occurrences)
-        self.passes: list[tuple[re.Pattern[bytes], list[tuple[int, _Literal]]]] = []
-        self.rare: list[tuple[bytes, re.Pattern[bytes], list[tuple[int, _Literal]]]] = []
+        # a regex whose every match is an occurrence of one of its literals: searched for, or
+        # matched at each occurrence of a rare first byte found by memchr
+        self.passes: list[tuple[re.Pattern[bytes], _Anchored]] = []
+        self.rare: list[tuple[bytes, re.Pattern[bytes], _Anchored]] = []
         for b, entries in sorted(groups.items()):
             regex = re.compile(re.escape(bytes((b,))) + _after(entries))
             if _pass_ns(freq[b]) <= _memchr_ns(freq[b]):
-                self.passes.append((regex, entries))
+                self.passes.append((regex, _Anchored(entries)))
             else:
-                self.rare.append((bytes((b,)), regex, entries))
-        self.passes += [(re.compile(re.escape(lit.text)), [(0, lit)]) for lit in alone]
+                self.rare.append((bytes((b,)), regex, _Anchored(entries)))
+        self.passes += [(re.compile(re.escape(lit.text)), _Anchored([(0, lit)])) for lit in alone]
+
+
+class _Anchored:
+    """The literals one regex finds, as (offset of the regex's match in the literal, literal),
+    and which of them a given match may be."""
+
+    CACHED = 4096  # matched texts remembered (a caseless literal has many spellings)
+
+    def __init__(self, entries: list[tuple[int, _Literal]]):
+        self.entries = entries
+        self._by_text: dict[bytes, list[tuple[int, _Literal]]] = {}
+
+    def matching(self, text: bytes) -> list[tuple[int, _Literal]]:
+        """The literals that may occur where the regex matched ``text``: those whose part from
+        the anchor on and ``text`` are one a prefix of the other (both start at the match, so a
+        literal there has that part in the chunk; the regex reports only one alternative)."""
+        got = self._by_text.get(text)
+        if got is None:
+            low = text.lower()
+            got = []
+            for j, lit in self.entries:
+                seen = low if lit.caseless else text
+                n = min(len(seen), len(lit.text) - j)
+                if seen[:n] == lit.text[j:j + n]:
+                    got.append((j, lit))
+            if len(self._by_text) < self.CACHED:
+                self._by_text[text] = got
+        return got
 
 
 _Tails = dict[bytes, list[tuple[int, _Literal]]]
@@ -298,30 +338,42 @@ _Tails = dict[bytes, list[tuple[int, _Literal]]]
 
 def _after(entries: list[tuple[int, _Literal]]) -> bytes:
     """The regex for what follows an anchor byte: the rest of each literal anchored there,
-    factored by prefix, then a lookbehind for the literal's bytes up to the anchor."""
+    factored by prefix, then a lookbehind for the literal's bytes up to the anchor. Exact and
+    caseless literals are alternatives of one branch (a nested one costs each attempt more)."""
     exact: _Tails = {}
     folded: _Tails = {}
     for j, lit in entries:
         (folded if lit.caseless else exact).setdefault(lit.text[j + 1:], []).append((j, lit))
-    parts = ([_trie(exact, False)] if exact else []) + ([_trie(folded, True)] if folded else [])
-    return parts[0] if len(parts) == 1 else b"(?:" + b"|".join(parts) + b")"
+    alts = []
+    for tails, caseless in ((exact, False), (folded, True)):
+        got = _alternatives(tails, caseless) if tails else []
+        if got is None:
+            return b""
+        alts += got
+    return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
 
-def _trie(tails: _Tails, caseless: bool) -> bytes:
-    """A regex that matches where one of ``tails`` does and one of its literals' lookbehinds
-    holds after it. A tail may be a prefix of another: sre tries the alternatives in turn."""
+def _alternatives(tails: _Tails, caseless: bool) -> list[bytes] | None:
+    """Regex alternatives that match where one of ``tails`` does and one of its literals'
+    lookbehinds holds after it (None: any text does). A tail may be a prefix of another: sre
+    tries the alternatives in turn."""
     ends = tails.get(b"", [])
     if any(j == 0 for j, _ in ends):
-        return b""  # a literal that starts at its anchor byte is whole once its tail is
-    alts = [b"(?<=" + lit.regex(lit.text) + b")" for _, lit in ends]
+        return None  # a literal that starts at its anchor byte is whole once its tail is
     heads: dict[bytes, _Tails] = {}
     for tail, got in tails.items():
         if tail:
             heads.setdefault(tail[:1], {})[tail[1:]] = got
+    alts = []
     for head, rest in sorted(heads.items()):
+        after = _alternatives(rest, caseless)
         shown = _Literal(head, caseless, ()).regex(head)
-        alts.append(shown + _trie(rest, caseless))
-    return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
+        if after is None:
+            alts.append(shown)
+        else:
+            alts.append(shown + (after[0] if len(after) == 1 else b"(?:" + b"|".join(after) + b")"))
+    # lookbehinds last: sre skips a branch alternative that starts with a byte in C
+    return alts + [b"(?<=" + lit.regex(lit.text) + b")" for _, lit in ends]
 
 
 class PythonEngine:
@@ -369,20 +421,21 @@ class PythonEngine:
             return out
         plan = self.plan(data, limit)
         done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
-        for regex, entries in plan.passes:
+        for regex, anchored in plan.passes:
             search = regex.search
             m = search(data, 0, limit)
             while m is not None:
                 pos = m.start()
-                self._line(data, pos, limit, entries, done, out)
+                self._line(data, pos, limit, anchored.matching(m.group()), done, out)
                 m = search(data, pos + 1, limit)  # literals may overlap
         find = data.find
-        for byte, regex, entries in plan.rare:
+        for byte, regex, anchored in plan.rare:
             match = regex.match
             pos = find(byte, 0, limit)
             while pos != -1:
-                if match(data, pos, limit) is not None:
-                    self._line(data, pos, limit, entries, done, out)
+                m = match(data, pos, limit)
+                if m is not None:
+                    self._line(data, pos, limit, anchored.matching(m.group()), done, out)
                 pos = find(byte, pos + 1, limit)
         for i in self._no_literal:
             for m in self._regexes[i].finditer(data, 0, limit):
