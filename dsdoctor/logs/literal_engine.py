@@ -51,6 +51,10 @@ ATTEMPT_NS = 35.0  # per occurrence of its first byte: trying the literals ancho
 MEMCHR_NS = 0.05  # per byte of the chunk: one memchr pass for a rare anchor byte
 MEMCHR_HIT_NS = 600.0  # per occurrence of a rare anchor byte (a Python loop step, a regex match)
 LOOKBEHIND_NS = 8.0  # per occurrence of an anchor byte, for each literal that ends there
+# A rare anchor byte found this often in a chunk (four times the frequency above which a regex
+# pass costs less) means the log changed from its first bytes: they are measured again.
+RARE_HITS = 4 * (PASS_NS - MEMCHR_NS) / (MEMCHR_HIT_NS - ATTEMPT_NS)
+RARE_MIN_HITS = 256
 
 
 def _full(items: Any) -> list[bytes] | None:
@@ -249,6 +253,44 @@ def _cover(lits: list[_Literal], cost: dict[int, float]) -> set[int]:
     return chosen
 
 
+_Groups = dict[int, list[tuple[int, "_Literal"]]]
+
+
+def _layout(lits: list[_Literal], sample: bytes) -> tuple[dict[int, float], _Groups,
+                                                           list[_Literal]]:
+    """Where each literal is anchored, for a log whose bytes are like ``sample``: (each byte's
+    frequency, the literals anchored at each byte as (offset of the anchor in the literal,
+    literal), the literals searched on their own)."""
+    size = max(1, len(sample))
+    wanted = set(b"".join(lit.text + lit.text.upper() for lit in lits))
+    freq = {b: sample.count(bytes((b,))) / size for b in wanted}
+    cost = {b: min(_pass_ns(f), _memchr_ns(f)) for b, f in freq.items()}
+    chosen = _cover(lits, cost)
+    # A literal anchored at its last byte ends in a lookbehind that sre evaluates at each
+    # occurrence of that byte (about 8 ns, where a branch alternative starting with a byte is
+    # skipped in 1 or 2): another of its bytes is chosen too when that costs less.
+    for lit in lits:
+        spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
+        if not spots or spots[0] != len(lit.text) - 1:
+            continue
+        last = sum(freq[b] for b in lit.cases(lit.text[-1])) * LOOKBEHIND_NS
+        need = min((lit.cases(b) for b in set(lit.text[:-1])),
+                   key=lambda n: (sum(cost[b] for b in n - chosen), sorted(n)), default=None)
+        if need is not None and sum(cost[b] for b in need - chosen) < last:
+            chosen |= need
+    groups: _Groups = {}
+    alone: list[_Literal] = []
+    for lit in lits:
+        spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
+        if not spots:
+            alone.append(lit)
+            continue
+        j = min(spots, key=lambda j: (sum(freq[b] for b in lit.cases(lit.text[j])), j))
+        for b in lit.cases(lit.text[j]):
+            groups.setdefault(b, []).append((j, lit))
+    return freq, groups, alone
+
+
 class _Plan:
     """How a chunk is searched: a regex pass for each common anchor byte, a ``bytes.find``
     (memchr) loop for each rare one, and a pass of its own for an exact literal made only of
@@ -260,49 +302,27 @@ class _Plan:
     rest matches in any case, so exact and caseless literals share the passes.
     """
 
-    def __init__(self, exact: dict[bytes, set[int]], folded: dict[bytes, set[int]],
-                 sample: bytes):
-        lits = [_Literal(t, False, tuple(sorted(i))) for t, i in _minimal(exact).items()]
-        lits += [_Literal(t, True, tuple(sorted(i))) for t, i in _minimal(folded).items()]
-        size = max(1, len(sample))
-        wanted = set(b"".join(lit.text + lit.text.upper() for lit in lits))
-        freq = {b: sample.count(bytes((b,))) / size for b in wanted}
-        cost = {b: min(_pass_ns(f), _memchr_ns(f)) for b, f in freq.items()}
-        chosen = _cover(lits, cost)
-        # A literal anchored at its last byte ends in a lookbehind that sre evaluates at each
-        # occurrence of that byte (about 8 ns, where a branch alternative starting with a byte
-        # is skipped in 1 or 2): another of its bytes is chosen too when that costs less.
-        for lit in lits:
-            spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
-            if not spots or spots[0] != len(lit.text) - 1:
-                continue
-            last = sum(freq[b] for b in lit.cases(lit.text[-1])) * LOOKBEHIND_NS
-            need = min((lit.cases(b) for b in set(lit.text[:-1])),
-                       key=lambda n: (sum(cost[b] for b in n - chosen), sorted(n)), default=None)
-            if need is not None and sum(cost[b] for b in need - chosen) < last:
-                chosen |= need
-        # the literals anchored at each byte: (offset of the anchor in the literal, literal)
-        groups: dict[int, list[tuple[int, _Literal]]] = {}
-        alone: list[_Literal] = []
-        for lit in lits:
-            spots = [j for j, b in enumerate(lit.text) if lit.cases(b) <= chosen]
-            if not spots:
-                alone.append(lit)
-                continue
-            j = min(spots, key=lambda j: (sum(freq[b] for b in lit.cases(lit.text[j])), j))
-            for b in lit.cases(lit.text[j]):
-                groups.setdefault(b, []).append((j, lit))
+    def __init__(self, groups: _Groups, alone: list[_Literal], rare: set[int]):
+        self.key = _plan_key(groups, alone, rare)
         # a regex whose every match is an occurrence of one of its literals: searched for, or
         # matched at each occurrence of a rare first byte found by memchr
         self.passes: list[tuple[re.Pattern[bytes], _Anchored]] = []
         self.rare: list[tuple[bytes, re.Pattern[bytes], _Anchored]] = []
         for b, entries in sorted(groups.items()):
             regex = re.compile(re.escape(bytes((b,))) + _after(entries))
-            if _pass_ns(freq[b]) <= _memchr_ns(freq[b]):
-                self.passes.append((regex, _Anchored(entries)))
-            else:
+            if b in rare:
                 self.rare.append((bytes((b,)), regex, _Anchored(entries)))
+            else:
+                self.passes.append((regex, _Anchored(entries)))
         self.passes += [(re.compile(re.escape(lit.text)), _Anchored([(0, lit)])) for lit in alone]
+
+
+def _plan_key(groups: _Groups, alone: list[_Literal], rare: set[int]) -> tuple:
+    """What a plan's regexes are compiled from: a new measure that gives the same needs no
+    new compilation."""
+    return (tuple((b, tuple((j, lit.text, lit.caseless) for j, lit in entries))
+                  for b, entries in sorted(groups.items())),
+            tuple((lit.text, lit.caseless) for lit in alone), tuple(sorted(rare)))
 
 
 class _Anchored:
@@ -399,19 +419,32 @@ class PythonEngine:
             table = self._folded if p.caseless else self._exact
             for lit in lits:
                 table.setdefault(lit, set()).add(i)
+        self._lits = [_Literal(t, False, tuple(sorted(i)))
+                      for t, i in _minimal(self._exact).items()]
+        self._lits += [_Literal(t, True, tuple(sorted(i)))
+                       for t, i in _minimal(self._folded).items()]
         self._plan: _Plan | None = None
-        self._sample = b""  # the bytes the plan was measured on (the log's first ones)
+        self._sample = b""  # the bytes the plan is measured on (the log's first ones)
         self._planned = 0  # how many of them the current plan was measured on
+        self._stale = False  # a rare anchor byte turned out common: measure again
+        self.plans_measured = 0  # how many times the log's bytes were measured (tests)
 
     def plan(self, data, limit: int) -> _Plan:
         """The search plan, measured on the log's first SAMPLE_BYTES: a stream fed in small
-        pieces is measured again each time its sample has doubled."""
+        pieces is measured again each time its sample has doubled, and a log whose bytes
+        changed (a byte taken for rare is not) on its next chunk."""
+        if self._stale:
+            self._sample, self._planned, self._stale = b"", 0, False
         if len(self._sample) < SAMPLE_BYTES:
             self._sample += bytes(memoryview(data)[:min(limit, SAMPLE_BYTES - len(self._sample))])
         if self._plan is None or len(self._sample) >= 2 * self._planned and \
                 self._planned < SAMPLE_BYTES:
-            self._plan = _Plan(self._exact, self._folded, self._sample)
+            freq, groups, alone = _layout(self._lits, self._sample)
+            self.plans_measured += 1
             self._planned = max(1, len(self._sample))
+            rare = {b for b in groups if _memchr_ns(freq[b]) < _pass_ns(freq[b])}
+            if self._plan is None or self._plan.key != _plan_key(groups, alone, rare):
+                self._plan = _Plan(groups, alone, rare)
         return self._plan
 
     def candidates(self, data, limit: int) -> list[tuple[int, int]]:
@@ -429,14 +462,19 @@ class PythonEngine:
                 self._line(data, pos, limit, anchored.matching(m.group()), done, out)
                 m = search(data, pos + 1, limit)  # literals may overlap
         find = data.find
+        budget = max(RARE_MIN_HITS, int(limit * RARE_HITS))
         for byte, regex, anchored in plan.rare:
             match = regex.match
+            hits = 0
             pos = find(byte, 0, limit)
             while pos != -1:
+                hits += 1
                 m = match(data, pos, limit)
                 if m is not None:
                     self._line(data, pos, limit, anchored.matching(m.group()), done, out)
                 pos = find(byte, pos + 1, limit)
+            if hits > budget:
+                self._stale = True
         for i in self._no_literal:
             for m in self._regexes[i].finditer(data, 0, limit):
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
