@@ -1,4 +1,4 @@
-"""The pure-Python prefilter engine: one regex pass finds every literal, then exact confirmation.
+"""The pure-Python prefilter engine: a few regex passes find every literal, then exact confirmation.
 
 For platforms without a Hyperscan wheel. Searching each prefilter's required literal with
 ``bytes.find`` costs one pass over the chunk per literal (about 300 passes). Instead:
@@ -6,14 +6,16 @@ For platforms without a Hyperscan wheel. Searching each prefilter's required lit
 1. Each prefilter gets a set of literals one of which every match contains; branches and small
    character classes are expanded (``NCCL ([Ee]rror|failure)`` gives ``NCCL Error``, ``NCCL
    error``, ``NCCL failure``, not just ``NCCL ``), so few lines are candidates.
-2. Each literal is anchored at one of its bytes, anywhere in it, chosen so that the set of anchor
-   bytes is rare in this log (a greedy weighted set cover over byte frequencies measured on the
-   first chunk the engine sees). All literals go into one regex whose alternatives each start
-   with an anchor byte: ``re`` skips the bytes that cannot start one in C and tries the rest of
-   the literals only where one can, the bytes after the anchor as a trie and the bytes before
-   it as a lookbehind. A caseless literal is anchored at a byte in both cases and matched
-   caselessly in the same pass (no lower-cased copy of the chunk, no second pass). A literal
-   made only of very common bytes is searched with ``bytes.find`` on its own.
+2. Each literal is anchored at one of its bytes, anywhere in it, chosen so that few bytes,
+   rare in this log, anchor every literal (a greedy weighted set cover over byte frequencies
+   measured on the log's first bytes, with measured costs). Each anchor byte gets one regex that
+   starts with it, which sre searches in a tight C loop (a regex starting with a set of bytes
+   costs several times more), and tries the literals anchored there only at its occurrences:
+   the bytes after the anchor as a trie, the bytes before it as a lookbehind. A byte too rare to
+   be worth a pass is found with ``bytes.find`` (memchr) and its regex matched there; an exact
+   literal made only of common bytes gets a pass of its own. A caseless literal is anchored at
+   a byte in both cases and matched with ``[xX]`` classes in the same passes (no lower-cased
+   copy of the chunk, no second pass).
 3. Each match is an occurrence of a whole literal; the prefilter regexes of its patterns confirm
    its line. Which bytes anchor the literals changes with the log; what is confirmed never does,
    so the result is the Hyperscan engine's.
