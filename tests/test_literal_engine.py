@@ -88,11 +88,11 @@ def test_candidates_are_the_prefilter_matches_whatever_the_plan(plan) -> None:
     p = engine.plan(DATA, len(DATA))
     rare = {b for b, _, _ in p.rare}
     if plan == "all memchr":
-        assert not [r for r, a in p.passes if len(a.entries) > 1] and rare
+        assert not [r for r, a in p.passes if len(a.found) > 1] and rare
     if plan == "no memchr":
         assert not rare
     if plan == "literals alone":  # but the caseless ones, which have no pass of their own
-        assert sum(len(a.entries) == 1 for _, a in p.passes) > 50
+        assert sum(len(a.found) == 1 for _, a in p.passes) > 50
 
 
 def test_a_literal_at_the_start_of_the_data_or_cut_by_the_limit(plan) -> None:
@@ -135,7 +135,7 @@ def test_every_pass_starts_with_a_literal_and_the_chunk_is_never_lowered() -> No
         op, _ = sre_parse.parse(regex.pattern.decode("latin-1"))[0]
         assert op is sre_constants.LITERAL, regex.pattern[:40]
     caseless = {lit.text for _, a in p.passes + [(r, a) for _, r, a in p.rare]
-                for _, lit in a.entries if lit.caseless}
+                for lit, _ in a.found if lit.caseless}
     assert caseless == {t for t in engine._folded}  # noqa: SLF001 - every one is searched
 
 

@@ -311,12 +311,14 @@ class _Plan:
         self.passes: list[tuple[re.Pattern[bytes], _Anchored]] = []
         self.rare: list[tuple[bytes, re.Pattern[bytes], _Anchored]] = []
         for b, entries in sorted(groups.items()):
-            regex = re.compile(re.escape(bytes((b,))) + _after(entries))
+            ends: list[tuple[int, _Literal]] = []
+            regex = re.compile(re.escape(bytes((b,))) + _after(entries, ends))
             if b in rare:
-                self.rare.append((bytes((b,)), regex, _Anchored(entries)))
+                self.rare.append((bytes((b,)), regex, _Anchored(ends)))
             else:
-                self.passes.append((regex, _Anchored(entries)))
-        self.passes += [(re.compile(re.escape(lit.text)), _Anchored([(0, lit)])) for lit in alone]
+                self.passes.append((regex, _Anchored(ends)))
+        self.passes += [(re.compile(re.escape(lit.text) + b"()"), _Anchored([(0, lit)]))
+                        for lit in alone]
 
 
 def _plan_key(groups: _Groups, alone: list[_Literal], rare: set[int]) -> tuple:
@@ -328,74 +330,76 @@ def _plan_key(groups: _Groups, alone: list[_Literal], rare: set[int]) -> tuple:
 
 
 class _Anchored:
-    """The literals one regex finds, as (offset of the regex's match in the literal, literal),
-    and which of them a given match may be."""
+    """The literals one regex finds. Each alternative of the regex ends in an empty group that
+    names its literal (sre reports one alternative: the first that matches, and it tries longer
+    parts of literals first, exact ones before caseless ones)."""
 
-    CACHED = 4096  # matched texts remembered (a caseless literal has many spellings)
+    def __init__(self, ends: list[tuple[int, _Literal]]):
+        # for each group, in order: its literal (whole where the regex matched), and the
+        # others that may be there too, as (offset of the match in the literal, literal): an
+        # exact literal whose part from the anchor on is a shorter prefix of this one's (two
+        # with the same part end at the same byte: one would hold the other, and _minimal
+        # kept only the shorter), and for an exact match any caseless literal along the same
+        # bytes. A caseless match means no exact literal was there.
+        self.found: list[tuple[_Literal, list[tuple[int, _Literal]]]] = []
+        for j, lit in ends:
+            part = lit.text[j:]
+            maybe = []
+            for j2, other in ends:
+                other_part = other.text[j2:]
+                if other.caseless == lit.caseless:
+                    if len(other_part) < len(part) and part.startswith(other_part):
+                        maybe.append((j2, other))
+                elif other.caseless:
+                    n = min(len(part), len(other_part))
+                    if part[:n].lower() == other_part[:n]:
+                        maybe.append((j2, other))
+            self.found.append((lit, maybe))
 
-    def __init__(self, entries: list[tuple[int, _Literal]]):
-        self.entries = entries
-        self._by_text: dict[bytes, list[tuple[int, _Literal]]] = {}
-
-    def matching(self, text: bytes) -> list[tuple[int, _Literal]]:
-        """The literals that may occur where the regex matched ``text``: those whose part from
-        the anchor on and ``text`` are one a prefix of the other (both start at the match, so a
-        literal there has that part in the chunk; the regex reports only one alternative)."""
-        got = self._by_text.get(text)
-        if got is None:
-            low = text.lower()
-            got = []
-            for j, lit in self.entries:
-                seen = low if lit.caseless else text
-                n = min(len(seen), len(lit.text) - j)
-                if seen[:n] == lit.text[j:j + n]:
-                    got.append((j, lit))
-            if len(self._by_text) < self.CACHED:
-                self._by_text[text] = got
-        return got
+    def literals(self, m: re.Match[bytes], data, limit: int) -> list[_Literal]:
+        """The literals that occur where ``m`` (a match of the regex in ``data``) starts."""
+        lit, maybe = self.found[(m.lastindex or 1) - 1]
+        if not maybe:
+            return [lit]
+        pos = m.start()
+        return [lit] + [other for j, other in maybe if other.at(data, pos - j, limit)]
 
 
 _Tails = dict[bytes, list[tuple[int, _Literal]]]
 
 
-def _after(entries: list[tuple[int, _Literal]]) -> bytes:
+def _after(entries: list[tuple[int, _Literal]], ends: list[tuple[int, _Literal]]) -> bytes:
     """The regex for what follows an anchor byte: the rest of each literal anchored there,
-    factored by prefix, then a lookbehind for the literal's bytes up to the anchor. Exact and
-    caseless literals are alternatives of one branch (a nested one costs each attempt more)."""
+    factored by prefix, then a lookbehind for the literal's bytes up to the anchor and an empty
+    group that names the literal (appended to ``ends``). Exact and caseless literals are
+    alternatives of one branch (a nested one costs each attempt more)."""
     exact: _Tails = {}
     folded: _Tails = {}
     for j, lit in entries:
         (folded if lit.caseless else exact).setdefault(lit.text[j + 1:], []).append((j, lit))
-    alts = []
-    for tails, caseless in ((exact, False), (folded, True)):
-        got = _alternatives(tails, caseless) if tails else []
-        if got is None:
-            return b""
-        alts += got
+    alts = (_alternatives(exact, False, ends) if exact else []) + \
+        (_alternatives(folded, True, ends) if folded else [])
     return alts[0] if len(alts) == 1 else b"(?:" + b"|".join(alts) + b")"
 
 
-def _alternatives(tails: _Tails, caseless: bool) -> list[bytes] | None:
-    """Regex alternatives that match where one of ``tails`` does and one of its literals'
-    lookbehinds holds after it (None: any text does). A tail may be a prefix of another: sre
-    tries the alternatives in turn."""
-    ends = tails.get(b"", [])
-    if any(j == 0 for j, _ in ends):
-        return None  # a literal that starts at its anchor byte is whole once its tail is
+def _alternatives(tails: _Tails, caseless: bool, ends: list[tuple[int, _Literal]]) -> list[bytes]:
+    """Regex alternatives that match where one of ``tails`` does and its literal's lookbehind
+    holds after it. A tail may be a prefix of another: the longer ones come first."""
     heads: dict[bytes, _Tails] = {}
     for tail, got in tails.items():
         if tail:
             heads.setdefault(tail[:1], {})[tail[1:]] = got
     alts = []
     for head, rest in sorted(heads.items()):
-        after = _alternatives(rest, caseless)
+        after = _alternatives(rest, caseless, ends)
         shown = _Literal(head, caseless, ()).regex(head)
-        if after is None:
-            alts.append(shown)
-        else:
-            alts.append(shown + (after[0] if len(after) == 1 else b"(?:" + b"|".join(after) + b")"))
-    # lookbehinds last: sre skips a branch alternative that starts with a byte in C
-    return alts + [b"(?<=" + lit.regex(lit.text) + b")" for _, lit in ends]
+        alts.append(shown + (after[0] if len(after) == 1 else b"(?:" + b"|".join(after) + b")"))
+    # lookbehinds last (sre skips a branch alternative that starts with a byte in C), and a
+    # literal that starts at its anchor byte needs none: it is whole once its tail is
+    for j, lit in sorted(tails.get(b"", []), key=lambda e: e[0] == 0):
+        ends.append((j, lit))
+        alts.append((b"(?<=" + lit.regex(lit.text) + b")" if j else b"") + b"()")
+    return alts
 
 
 class PythonEngine:
@@ -455,14 +459,13 @@ class PythonEngine:
         if not limit:
             return out
         plan = self.plan(data, limit)
-        done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
+        confirm = _Confirm(data, limit, self._regexes, out)
         for regex, anchored in plan.passes:
             search = regex.search
             m = search(data, 0, limit)
             while m is not None:
-                pos = m.start()
-                self._line(data, pos, limit, anchored.matching(m.group()), done, out)
-                m = search(data, pos + 1, limit)  # literals may overlap
+                confirm(m.start(), anchored.literals(m, data, limit))
+                m = search(data, m.start() + 1, limit)  # literals may overlap
         find = data.find
         budget = max(RARE_MIN_HITS, int(limit * RARE_HITS))
         for byte, regex, anchored in plan.rare:
@@ -473,7 +476,7 @@ class PythonEngine:
                 hits += 1
                 m = match(data, pos, limit)
                 if m is not None:
-                    self._line(data, pos, limit, anchored.matching(m.group()), done, out)
+                    confirm(pos, anchored.literals(m, data, limit))
                 pos = find(byte, pos + 1, limit)
             if hits > budget:
                 self._stale = True
@@ -483,20 +486,28 @@ class PythonEngine:
         out.sort()
         return out
 
-    def _line(self, data, pos: int, limit: int, entries, done: set, out: list) -> int:
-        """Confirm the line holding ``pos`` for the patterns of the literals of ``entries``
-        (anchor offset, literal) that occur at ``pos``; return the line's end."""
-        start = data.rfind(b"\n", 0, pos) + 1
-        end = data.find(b"\n", pos, limit)
-        if end == -1:
-            end = limit
-        for j, lit in entries:
-            if not lit.at(data, pos - j, limit):
-                continue
+
+class _Confirm:
+    """Runs the prefilter regexes of the literals found at an offset on that offset's line,
+    once per line and pattern, adding their matches to ``out``."""
+
+    def __init__(self, data, limit: int, regexes: list[re.Pattern[bytes]], out: list):
+        self.data, self.limit, self.regexes, self.out = data, limit, regexes, out
+        self.done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
+        self.start = self.end = -1  # the last line's bounds (matches come in runs on a line)
+
+    def __call__(self, pos: int, found: list[_Literal]) -> None:
+        data, limit = self.data, self.limit
+        if not self.start <= pos < self.end:
+            self.start = data.rfind(b"\n", 0, pos) + 1
+            end = data.find(b"\n", pos, limit)
+            self.end = limit if end == -1 else end
+        start, end, done, out = self.start, self.end, self.done, self.out
+        for lit in found:
             for i in lit.patterns:
                 if (start, i) in done:
                     continue
                 done.add((start, i))
-                for m in self._regexes[i].finditer(data, start, end):
-                    out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
-        return end
+                for m in self.regexes[i].finditer(data, start, end):
+                    b, e = m.span()
+                    out.append((e - 1 if e > b else b, i))
