@@ -135,7 +135,7 @@ def test_every_pass_starts_with_a_literal_and_the_chunk_is_never_lowered() -> No
         op, _ = sre_parse.parse(regex.pattern.decode("latin-1"))[0]
         assert op is sre_constants.LITERAL, regex.pattern[:40]
     caseless = {lit.text for _, a in p.passes + [(r, a) for _, r, a in p.rare]
-                for lit, _ in a.found if lit.caseless}
+                for (_, lit), _ in a.found if lit.caseless}
     assert caseless == {t for t in engine._folded}  # noqa: SLF001 - every one is searched
 
 
@@ -179,3 +179,41 @@ def test_a_rare_byte_that_turns_common_is_measured_again() -> None:
     plan = engine.plan(flood, len(flood))
     assert byte not in {b for b, _, _ in plan.rare}
     assert any(r.pattern.startswith(re.escape(byte)) for r, _ in plan.passes)
+
+
+class _CountedRegex:
+    """A prefilter regex that counts how often it is run."""
+
+    def __init__(self, regex: re.Pattern[bytes]):
+        self.regex, self.runs = regex, 0
+
+    def finditer(self, *args):
+        self.runs += 1
+        return self.regex.finditer(*args)
+
+
+def test_a_literal_that_is_a_whole_match_needs_no_regex() -> None:
+    """A prefilter that is a finite set of strings (``NCCL (error|failure)``) is matched by
+    its literals themselves: its regex never runs, and the candidates are the same."""
+    engine = PythonEngine(PATTERNS)
+    counted = [_CountedRegex(r) for r in engine._regexes]  # noqa: SLF001
+    engine._regexes = counted  # type: ignore[assignment] # noqa: SLF001
+    assert _found(engine, DATA) == _truth(DATA)
+    lits = engine._lits  # noqa: SLF001
+    # (a pattern one of whose strings holds another pattern's literal is confirmed by its
+    # regex where that literal is found)
+    whole = {i for lit in lits for i in lit.whole} - {i for lit in lits for i in lit.patterns}
+    assert len(whole) > len(PATTERNS) // 3
+    assert all(counted[i].runs == 0 for i in whole)
+    assert sum(c.runs for c in counted) > 0
+    assert set(literal_engine.whole_language("NCCL ([Ee]rror|failure)", False)) == {
+        b"NCCL Error", b"NCCL error", b"NCCL failure"}
+    assert literal_engine.whole_language("OVERFLOW!", True) == {b"overflow!"}
+    assert literal_engine.whole_language(r"return code = -?[0-9]+", False) is None
+
+
+def test_every_pattern_confirmed_by_its_regex(monkeypatch) -> None:
+    monkeypatch.setattr(literal_engine, "whole_language", lambda *_: None)
+    engine = PythonEngine(PATTERNS)
+    assert not any(lit.whole for lit in engine._lits)  # noqa: SLF001
+    assert _found(engine, DATA) == _truth(DATA)

@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - Python 3.10
 MAX_EXPANSION = 32  # alternatives one literal set may grow to (branches x character classes)
 MIN_LITERAL = 3
 SAMPLE_BYTES = 256 << 10  # byte frequencies are measured on up to this much of the log
+SAMPLE_SLICES = 16  # in this many slices spread over a chunk
 # What the search costs, in nanoseconds per byte of the chunk or per occurrence (measured on a
 # training log, CPython 3.11, x86_64; only their ratios matter). A regex that starts with a
 # literal byte is searched by sre in a tight C loop (about 0.27 ns a byte, less than a
@@ -152,6 +153,18 @@ def expanded_literals(prefilter: str, caseless: bool) -> tuple[bytes, ...] | Non
     return tuple(dict.fromkeys(lits))
 
 
+def whole_language(prefilter: str, caseless: bool) -> frozenset[bytes] | None:
+    """Every string the prefilter matches (lower-cased when caseless), when that is a small
+    finite set with no anchor or lookaround (then an occurrence of one is a match); else None."""
+    try:
+        got = _full(list(_sre_parse.parse(prefilter.encode("utf-8").decode("latin-1"))))
+    except Exception:  # noqa: BLE001 - any parse trouble: confirm with the regex
+        return None
+    if not got or b"" in got:
+        return None
+    return frozenset(x.lower() for x in got) if caseless else frozenset(got)
+
+
 def _minimal(table: dict[bytes, set[int]]) -> dict[bytes, set[int]]:
     """Literals with no shorter literal inside them; a longer one's patterns move to a shorter
     one it contains (every occurrence of the longer is one of the shorter)."""
@@ -173,7 +186,8 @@ class _Literal:
 
     text: bytes
     caseless: bool
-    patterns: tuple[int, ...]
+    patterns: tuple[int, ...]  # confirmed on the literal's line by their prefilter regex
+    whole: tuple[int, ...] = ()  # the literal is a whole match of these: no regex to run
 
     def cases(self, byte: int) -> frozenset[int]:
         """The bytes of a chunk that are this literal's byte ``byte``."""
@@ -341,7 +355,7 @@ class _Anchored:
         # with the same part end at the same byte: one would hold the other, and _minimal
         # kept only the shorter), and for an exact match any caseless literal along the same
         # bytes. A caseless match means no exact literal was there.
-        self.found: list[tuple[_Literal, list[tuple[int, _Literal]]]] = []
+        self.found: list[tuple[tuple[int, _Literal], list[tuple[int, _Literal]]]] = []
         for j, lit in ends:
             part = lit.text[j:]
             maybe = []
@@ -354,15 +368,16 @@ class _Anchored:
                     n = min(len(part), len(other_part))
                     if part[:n].lower() == other_part[:n]:
                         maybe.append((j2, other))
-            self.found.append((lit, maybe))
+            self.found.append(((j, lit), maybe))
 
-    def literals(self, m: re.Match[bytes], data, limit: int) -> list[_Literal]:
-        """The literals that occur where ``m`` (a match of the regex in ``data``) starts."""
-        lit, maybe = self.found[(m.lastindex or 1) - 1]
+    def literals(self, m: re.Match[bytes], data, limit: int) -> list[tuple[int, _Literal]]:
+        """The literals that occur where ``m`` (a match of the regex in ``data``) starts, as
+        (offset of the match in the literal, literal)."""
+        found, maybe = self.found[(m.lastindex or 1) - 1]
         if not maybe:
-            return [lit]
+            return [found]
         pos = m.start()
-        return [lit] + [other for j, other in maybe if other.at(data, pos - j, limit)]
+        return [found] + [(j, other) for j, other in maybe if other.at(data, pos - j, limit)]
 
 
 _Tails = dict[bytes, list[tuple[int, _Literal]]]
@@ -425,10 +440,14 @@ class PythonEngine:
             table = self._folded if p.caseless else self._exact
             for lit in lits:
                 table.setdefault(lit, set()).add(i)
-        self._lits = [_Literal(t, False, tuple(sorted(i)))
-                      for t, i in _minimal(self._exact).items()]
-        self._lits += [_Literal(t, True, tuple(sorted(i)))
-                       for t, i in _minimal(self._folded).items()]
+        # each literal, with the patterns its occurrence is a whole match of apart
+        languages = [whole_language(p.prefilter, p.caseless) for p in self.patterns]
+        self._lits = []
+        for table, caseless in ((self._exact, False), (self._folded, True)):
+            for text, idxs in _minimal(table).items():
+                whole = {i for i in idxs if text in (languages[i] or ())}
+                self._lits.append(_Literal(text, caseless, tuple(sorted(idxs - whole)),
+                                           tuple(sorted(whole))))
         self._plan: _Plan | None = None
         self._sample = b""  # the bytes the plan is measured on (the log's first ones)
         self._planned = 0  # how many of them the current plan was measured on
@@ -436,13 +455,13 @@ class PythonEngine:
         self.plans_measured = 0  # how many times the log's bytes were measured (tests)
 
     def plan(self, data, limit: int) -> _Plan:
-        """The search plan, measured on the log's first SAMPLE_BYTES: a stream fed in small
-        pieces is measured again each time its sample has doubled, and a log whose bytes
-        changed (a byte taken for rare is not) on its next chunk."""
+        """The search plan, measured on SAMPLE_BYTES spread over the log's first chunk: a
+        stream fed in small pieces is measured again each time its sample has doubled, and a
+        log whose bytes changed (a byte taken for rare is not) on its next chunk."""
         if self._stale:
             self._sample, self._planned, self._stale = b"", 0, False
         if len(self._sample) < SAMPLE_BYTES:
-            self._sample += bytes(memoryview(data)[:min(limit, SAMPLE_BYTES - len(self._sample))])
+            self._sample += _spread(data, limit, SAMPLE_BYTES - len(self._sample))
         if self._plan is None or len(self._sample) >= 2 * self._planned and \
                 self._planned < SAMPLE_BYTES:
             freq, groups, alone = _layout(self._lits, self._sample)
@@ -474,17 +493,33 @@ class PythonEngine:
             pos = find(byte, 0, limit)
             while pos != -1:
                 hits += 1
+                if hits > budget:  # not rare here after all: the regex's own pass from here
+                    self._stale = True
+                    search = regex.search
+                    m = search(data, pos, limit)
+                    while m is not None:
+                        confirm(m.start(), anchored.literals(m, data, limit))
+                        m = search(data, m.start() + 1, limit)
+                    break
                 m = match(data, pos, limit)
                 if m is not None:
                     confirm(pos, anchored.literals(m, data, limit))
                 pos = find(byte, pos + 1, limit)
-            if hits > budget:
-                self._stale = True
         for i in self._no_literal:
             for m in self._regexes[i].finditer(data, 0, limit):
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
         out.sort()
         return out
+
+
+def _spread(data, limit: int, size: int) -> bytes:
+    """``size`` bytes of ``data[:limit]`` in SAMPLE_SLICES slices spread evenly over it (the
+    first bytes of a log are often a banner unlike the rest), or all of it when it is short."""
+    if limit <= size:
+        return bytes(memoryview(data)[:limit])
+    step, piece = limit // SAMPLE_SLICES, size // SAMPLE_SLICES
+    view = memoryview(data)
+    return b"".join(view[k * step:k * step + piece] for k in range(SAMPLE_SLICES))
 
 
 class _Confirm:
@@ -496,14 +531,23 @@ class _Confirm:
         self.done: set[tuple[int, int]] = set()  # (line start, pattern) already confirmed
         self.start = self.end = -1  # the last line's bounds (matches come in runs on a line)
 
-    def __call__(self, pos: int, found: list[_Literal]) -> None:
-        data, limit = self.data, self.limit
+    def __call__(self, pos: int, found: list[tuple[int, _Literal]]) -> None:
+        data, limit, out = self.data, self.limit, self.out
+        line = False
+        for j, lit in found:
+            if lit.whole:
+                end = pos - j + len(lit.text) - 1
+                out.extend((end, i) for i in lit.whole)
+            if lit.patterns:
+                line = True
+        if not line:
+            return
         if not self.start <= pos < self.end:
             self.start = data.rfind(b"\n", 0, pos) + 1
             end = data.find(b"\n", pos, limit)
             self.end = limit if end == -1 else end
-        start, end, done, out = self.start, self.end, self.done, self.out
-        for lit in found:
+        start, end, done = self.start, self.end, self.done
+        for _, lit in found:
             for i in lit.patterns:
                 if (start, i) in done:
                     continue
