@@ -8,7 +8,7 @@ For platforms without a Hyperscan wheel. Searching each prefilter's required lit
    error``, ``NCCL failure``, not just ``NCCL ``), so few lines are candidates.
 2. Each literal is anchored at one of its bytes, anywhere in it, chosen so that few bytes,
    rare in this log, anchor every literal (a greedy weighted set cover over byte frequencies
-   measured on the log's first bytes, with measured costs). Each anchor byte gets one regex that
+   measured on a sample of the log's first chunk, with measured costs). Each anchor byte gets one regex that
    starts with it, which sre searches in a tight C loop (a regex starting with a set of bytes
    costs several times more), and tries the literals anchored there only at its occurrences:
    the bytes after the anchor as a trie, the bytes before it as a lookbehind. A byte too rare to
@@ -17,8 +17,9 @@ For platforms without a Hyperscan wheel. Searching each prefilter's required lit
    a byte in both cases and matched with ``[xX]`` classes in the same passes (no lower-cased
    copy of the chunk, no second pass).
 3. Each match is an occurrence of a whole literal; the prefilter regexes of its patterns confirm
-   its line. Which bytes anchor the literals changes with the log; what is confirmed never does,
-   so the result is the Hyperscan engine's.
+   its line, unless the prefilter is a finite set of strings the literal is one of (then the
+   occurrence is a match: 115 of 172 patterns need no regex). Which bytes anchor the literals
+   changes with the log; what is confirmed never does, so the result is the Hyperscan engine's.
 """
 
 from __future__ import annotations
@@ -418,8 +419,8 @@ def _alternatives(tails: _Tails, caseless: bool, ends: list[tuple[int, _Literal]
 
 
 class PythonEngine:
-    """Anchor regex + rare-byte and literal finds + per-line regex confirmation. Pure Python,
-    identical results to the Hyperscan engine."""
+    """Anchor-byte regex passes + memchr for rare anchor bytes + per-line regex confirmation.
+    Pure Python, identical results to the Hyperscan engine."""
 
     name = "python"
 
@@ -449,7 +450,7 @@ class PythonEngine:
                 self._lits.append(_Literal(text, caseless, tuple(sorted(idxs - whole)),
                                            tuple(sorted(whole))))
         self._plan: _Plan | None = None
-        self._sample = b""  # the bytes the plan is measured on (the log's first ones)
+        self._sample = b""  # the bytes the plan is measured on (from the first chunk)
         self._planned = 0  # how many of them the current plan was measured on
         self._stale = False  # a rare anchor byte turned out common: measure again
         self.plans_measured = 0  # how many times the log's bytes were measured (tests)
@@ -523,8 +524,9 @@ def _spread(data, limit: int, size: int) -> bytes:
 
 
 class _Confirm:
-    """Runs the prefilter regexes of the literals found at an offset on that offset's line,
-    once per line and pattern, adding their matches to ``out``."""
+    """Adds to ``out`` the matches that the literals found at an offset stand for: the
+    literal's own end for a pattern it is a whole match of, else the matches of the pattern's
+    prefilter regex on the offset's line (run once per line and pattern)."""
 
     def __init__(self, data, limit: int, regexes: list[re.Pattern[bytes]], out: list):
         self.data, self.limit, self.regexes, self.out = data, limit, regexes, out
@@ -533,14 +535,13 @@ class _Confirm:
 
     def __call__(self, pos: int, found: list[tuple[int, _Literal]]) -> None:
         data, limit, out = self.data, self.limit, self.out
-        line = False
+        to_confirm = False
         for j, lit in found:
             if lit.whole:
                 end = pos - j + len(lit.text) - 1
                 out.extend((end, i) for i in lit.whole)
-            if lit.patterns:
-                line = True
-        if not line:
+            to_confirm = to_confirm or bool(lit.patterns)
+        if not to_confirm:
             return
         if not self.start <= pos < self.end:
             self.start = data.rfind(b"\n", 0, pos) + 1
