@@ -217,3 +217,16 @@ def test_every_pattern_confirmed_by_its_regex(monkeypatch) -> None:
     engine = PythonEngine(PATTERNS)
     assert not any(lit.whole for lit in engine._lits)  # noqa: SLF001
     assert _found(engine, DATA) == _truth(DATA)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
+def test_whole_language_strings_are_matches(pattern) -> None:
+    """An occurrence of a whole-language string is taken for a match without the regex: each
+    must be one, whatever surrounds it (no anchors or lookarounds)."""
+    language = literal_engine.whole_language(pattern.prefilter, pattern.caseless)
+    if language is None:
+        return
+    rx = re.compile(pattern.prefilter.encode(), re.IGNORECASE if pattern.caseless else 0)
+    for text in language:
+        assert rx.fullmatch(text), (pattern.id, text)
+        assert rx.search(b"x" + text + b"x"), (pattern.id, text)
