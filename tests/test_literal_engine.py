@@ -230,3 +230,28 @@ def test_whole_language_strings_are_matches(pattern) -> None:
     for text in language:
         assert rx.fullmatch(text), (pattern.id, text)
         assert rx.search(b"x" + text + b"x"), (pattern.id, text)
+
+
+class _CountedBounds(bytearray):
+    """A chunk that counts the searches for a line's bounds."""
+
+    searches = 0
+
+    def rfind(self, *args):  # type: ignore[override]
+        _CountedBounds.searches += 1
+        return super().rfind(*args)
+
+
+def test_a_long_line_with_many_hits_finds_its_bounds_once() -> None:
+    """A log whose newlines were lost: thousands of real messages on one line. Searching back
+    to the line's start for each hit made the engine quadratic; it is done once per line."""
+    line = b" ".join(s["line"].encode() for p in PATTERNS for s in p.samples).replace(b"\n", b" ")
+    data = _CountedBounds(line * 20 + b"\n" + line + b"\n")
+    assert _found(PythonEngine(PATTERNS), data) == _truth(bytes(data))
+    # _found maps each candidate to its line with rfind itself: count the engine's own searches
+    engine = PythonEngine(PATTERNS)
+    _CountedBounds.searches = 0
+    hits = engine.candidates(data, len(data))
+    plan = engine.plan(data, len(data))
+    # at most once per line and regex pass (each pass goes through the lines in order)
+    assert _CountedBounds.searches <= 2 * (len(plan.passes) + len(plan.rare)) < len(hits) // 4
