@@ -7,8 +7,8 @@ segments and de-duplicates, so the *set* of (segment, pattern) candidates is ide
 * :class:`HyperscanEngine` compiles every prefilter into one Hyperscan database and scans each
   chunk once (as fast as grep).
 * :class:`PythonEngine` (literal_engine.py) needs no compiled extension (platforms without a
-  hyperscan wheel): one regex pass for the literals' rare-byte anchors, then the prefilter regex
-  confirms each candidate line.
+  hyperscan wheel): a regex pass per rare anchor byte of the literals (memchr for the rarest),
+  then the prefilter regex confirms each candidate line.
 """
 
 from __future__ import annotations
