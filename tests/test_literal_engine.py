@@ -17,6 +17,7 @@ from dsdoctor.logs import literal_engine
 from dsdoctor.logs.formats import load_patterns
 from dsdoctor.logs.literal_engine import SAMPLE_BYTES, PythonEngine
 from dsdoctor.logs.prefilter import HyperscanEngine, hyperscan_available
+from tests.test_scan_literals import real_lines
 
 try:  # Python 3.11+
     from re import _constants as sre_constants  # type: ignore[attr-defined]
@@ -29,17 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PATTERNS = load_patterns()
 
 
-def _lines() -> list[bytes]:
-    out = []
-    for p in PATTERNS:
-        out += [s["line"].encode() for s in p.samples]
-        out += [n.encode() for n in p.negatives]
-    for log in sorted((ROOT / "sample_logs").glob("*/train.log")):
-        out += log.read_bytes().splitlines()
-    return out
-
-
-LINES = _lines()
+LINES = real_lines()  # every format's samples and negatives, and the sample logs
 # the caseless patterns' sample lines with their case swapped: a caseless literal must be found
 # in any case, in the same passes as the exact ones (derived from real lines, not samples)
 SWAPPED = [s["line"].encode().swapcase() for p in PATTERNS if p.caseless for s in p.samples]

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PATTERNS = load_patterns()
 
 
-def _lines() -> list[bytes]:
+def real_lines() -> list[bytes]:
     """Real lines: every format's samples and negatives, and the sample logs."""
     out = []
     for p in PATTERNS:
@@ -31,7 +31,7 @@ def test_every_prefilter_match_contains_an_expanded_literal(pattern) -> None:
     lits = expanded_literals(pattern.prefilter, pattern.caseless)
     assert lits, f"{pattern.id}: no literal (the engine would run its regex on every chunk)"
     rx = re.compile(pattern.prefilter.encode(), re.IGNORECASE if pattern.caseless else 0)
-    for line in _lines():
+    for line in real_lines():
         for m in rx.finditer(line):
             hay = m.group().lower() if pattern.caseless else m.group()
             assert any(lit in hay for lit in lits), (pattern.id, m.group())

@@ -95,8 +95,7 @@ def entry() -> NoReturn:
     way."""
     code = main()
     threading = sys.modules.get("threading")
-    if (threading is not None and threading.active_count() > 1) or sys.getprofile() is not None \
-            or sys.gettrace() is not None:
+    if (threading is not None and threading.active_count() > 1) or _observed():
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -106,6 +105,15 @@ def entry() -> NoReturn:
         except (OSError, ValueError):
             sys.exit(code)  # the ordinary exit reports or silences it, as before
     os._exit(code)
+
+
+def _observed() -> bool:
+    """A profiler, tracer or debugger is attached (cProfile uses sys.monitoring from 3.12 on)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(
+        monitoring.get_tool(tool) is not None for tool in range(6))
 
 
 def _silence_stdout() -> None:
