@@ -1,9 +1,10 @@
 """A private on-disk cache for what dsdoctor derives from its own data files on every run.
 
 Parsing and validating the rules and format YAML costs more than analyzing a small log (about
-0.1 s of a 0.25 s run). :func:`cached_data` keeps the validated result as a ``marshal`` file keyed
-by a digest of dsdoctor's version and the source files' bytes, so any edit to a rule or format
-file (or a new release) rebuilds it.
+0.1 s of a 0.25 s run). :func:`cached_files` keeps the validated result as a ``marshal`` file
+keyed by a digest of dsdoctor's version and each source file's name, size and modification time
+(as Python's bytecode cache is), so any edit to a rule or format file (or a new release) rebuilds
+it, and a run that finds its result reads none of the files.
 
 Another user who can write to a shared cache directory could plant a file that switches detection
 off, so nothing there is trusted (the same rules as the Hyperscan database cache, docs/security.md):
@@ -131,26 +132,6 @@ def prune(directory: Path, keep: Path, prefix: str, suffix: str) -> None:
     for _, entry in sorted(entries, reverse=True)[KEEP - 1:]:
         with contextlib.suppress(OSError):
             os.unlink(entry)
-
-
-def source_key(kind: str, sources: Sequence[tuple[str, bytes]], schema: str = "") -> bytes:
-    """The digest of dsdoctor's version, the cache's kind and schema, and every source's name
-    and bytes."""
-    from dsdoctor import __version__  # noqa: PLC0415
-
-    h = sha256(f"{kind}\0{schema}\0{__version__}\0{len(sources)}\0".encode())
-    for name, data in sources:
-        h.update(f"{name}\0{len(data)}\0".encode())
-        h.update(data)
-    return h.hexdigest().encode()
-
-
-def cached_data(kind: str, sources: Sequence[tuple[str, bytes]], build: Callable[[], T],
-                schema: str = "") -> T:
-    """``build()`` (plain data: dicts, lists, tuples, strings, numbers), from the cache when it
-    holds the result for exactly these sources and ``schema`` (the shape of the data, e.g. the
-    field names it fills), else built and stored."""
-    return _cached(kind, source_key(kind, sources, schema), build)
 
 
 def package_dir(package: str) -> str:

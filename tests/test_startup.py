@@ -30,52 +30,63 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 class Builder:
+    """A build function for cached_files that counts its calls."""
+
     def __init__(self, value):
         self.value = value
         self.calls = 0
 
-    def __call__(self):
+    def __call__(self, sources):
         self.calls += 1
         return self.value
 
 
-def _rule_sources() -> list[tuple[str, bytes]]:
-    return sorted((p.name, p.read_bytes()) for p in (ROOT / "rules").glob("*.yaml"))
+def _files(directory: Path, **contents: bytes) -> list[tuple[str, str]]:
+    directory.mkdir(exist_ok=True)
+    for name, data in contents.items():
+        (directory / f"{name}.yaml").write_bytes(data)
+    return [(p.name, str(p)) for p in sorted(directory.glob("*.yaml"))]
 
 
-def test_built_once_then_loaded(cache: Path) -> None:
+def _touch_later(path: Path) -> None:
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+
+def test_built_once_then_loaded(cache: Path, tmp_path: Path) -> None:
     build = Builder({"a": [1, 2.5, None], "b": ("x", True)})
-    src = [("one.yaml", b"a: 1\n")]
-    assert datacache.cached_data("t", src, build) == build.value
-    assert datacache.cached_data("t", src, build) == build.value
+    src = _files(tmp_path / "src", one=b"a: 1\n")
+    assert datacache.cached_files("t", src, build) == build.value
+    assert datacache.cached_files("t", src, build) == build.value
     assert build.calls == 1
     (entry,) = cache.glob("t-*.marshal")
     assert stat.S_IMODE(os.lstat(entry).st_mode) == 0o600
     assert stat.S_IMODE(os.lstat(cache).st_mode) == 0o700
 
 
-def test_rebuilt_when_a_rule_file_changes(cache: Path) -> None:
-    sources = _rule_sources()
+def test_rebuilt_when_a_rule_file_changes(cache: Path, tmp_path: Path) -> None:
+    rules = {p.stem.replace("-", "_"): p.read_bytes() for p in (ROOT / "rules").glob("*.yaml")}
+    sources = _files(tmp_path / "rules", **rules)
     first = Builder("built from the shipped rules")
-    datacache.cached_data("rules", sources, first)
-    name, data = sources[0]
-    changed = [(name, data + b"\n# an edit\n")] + sources[1:]
+    datacache.cached_files("rules", sources, first)
+    edited = Path(sources[0][1])
+    shipped = edited.read_bytes()
+    edited.write_bytes(shipped + b"\n# an edit\n")
     second = Builder("built from the edited rules")
-    assert datacache.cached_data("rules", changed, second) == "built from the edited rules"
+    assert datacache.cached_files("rules", sources, second) == "built from the edited rules"
     assert second.calls == 1
-    # and going back finds the first build again, without building
-    third = Builder("never")
-    assert datacache.cached_data("rules", sources, third) == "built from the shipped rules"
-    assert third.calls == 0
+    # and the same bytes again, written later, are built again (the key is what the file is
+    # now: its size and modification time)
+    edited.write_bytes(shipped)
+    _touch_later(edited)
+    third = Builder("built again")
+    assert datacache.cached_files("rules", sources, third) == "built again"
+    assert third.calls == 1
 
 
 def test_package_files_are_keyed_by_stat_and_read_only_to_build(cache: Path, tmp_path: Path,
                                                                  monkeypatch) -> None:
-    src = tmp_path / "rules"
-    src.mkdir()
-    for name in ("a.yaml", "b.yaml"):
-        (src / name).write_bytes(b"x: 1\n")
-    files = [(p.name, str(p)) for p in sorted(src.iterdir())]
+    files = _files(tmp_path / "rules", a=b"x: 1\n", b=b"x: 1\n")
     reads: list[int] = []
     real_read = datacache.read_files
     monkeypatch.setattr(datacache, "read_files", lambda fs: reads.append(1) or real_read(fs))
@@ -87,9 +98,8 @@ def test_package_files_are_keyed_by_stat_and_read_only_to_build(cache: Path, tmp
     assert datacache.cached_files("t", files, build) == ["a.yaml=x: 1\n", "b.yaml=x: 1\n"]
     assert len(reads) == 1  # the second run read no source file
     # an edit (same size, a later modification time) is seen without reading the files
-    (src / "b.yaml").write_bytes(b"x: 2\n")
-    st = os.stat(src / "b.yaml")
-    os.utime(src / "b.yaml", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    Path(files[1][1]).write_bytes(b"x: 2\n")
+    _touch_later(Path(files[1][1]))
     assert datacache.cached_files("t", files, build) == ["a.yaml=x: 1\n", "b.yaml=x: 2\n"]
     assert len(reads) == 2
 
@@ -105,7 +115,7 @@ def test_shipped_rules_and_formats_from_the_cache_equal_a_fresh_build(cache: Pat
     built = engine._shipped_rules()  # builds and stores
     assert list(cache.glob("rules-*.marshal"))
     loaded = engine._shipped_rules()  # loads
-    texts = [(n, b.decode()) for n, b in _rule_sources()]
+    texts = sorted((p.name, p.read_text()) for p in (ROOT / "rules").glob("*.yaml"))
     assert built == loaded == engine._rules_from_texts(texts)
     formats.load_patterns.cache_clear()
     try:
@@ -134,11 +144,11 @@ def _write_entry(path: Path, key: bytes, body: bytes, mode: int = 0o600) -> None
 @pytest.mark.parametrize("damage", ["garbage", "forged-digest", "group-writable", "symlink",
                                     "truncated"])
 def test_corrupt_or_planted_entries_are_refused(cache: Path, tmp_path: Path, damage: str) -> None:
-    src = [("x.yaml", b"detect: everything\n")]
+    src = _files(tmp_path / "src", x=b"detect: everything\n")
     good = Builder(["the real result"])
-    datacache.cached_data("t", src, good)
+    datacache.cached_files("t", src, good)
     (entry,) = cache.glob("t-*.marshal")
-    key = datacache.source_key("t", src)
+    key = datacache.files_key("t", src)
     planted = _planted_body(["detection switched off"])
     if damage == "garbage":
         entry.write_bytes(os.urandom(300))
@@ -155,16 +165,17 @@ def test_corrupt_or_planted_entries_are_refused(cache: Path, tmp_path: Path, dam
     else:
         entry.write_bytes(entry.read_bytes()[:40])
     again = Builder(["the real result"])
-    assert datacache.cached_data("t", src, again) == ["the real result"]
+    assert datacache.cached_files("t", src, again) == ["the real result"]
     assert again.calls == 1
 
 
-def test_a_shared_cache_directory_is_not_used(cache: Path) -> None:
+def test_a_shared_cache_directory_is_not_used(cache: Path, tmp_path: Path) -> None:
     cache.mkdir(mode=0o700)
     os.chmod(cache, 0o777)
     build = Builder([1])
-    datacache.cached_data("t", [("a", b"")], build)
-    datacache.cached_data("t", [("a", b"")], build)
+    src = _files(tmp_path / "src", a=b"")
+    datacache.cached_files("t", src, build)
+    datacache.cached_files("t", src, build)
     assert build.calls == 2 and not list(cache.glob("t-*"))
 
 
