@@ -266,7 +266,7 @@ def load_patterns() -> tuple[Pattern, ...]:
     """All patterns of all shipped format files, validated (unique ids).
 
     The validated patterns are kept in dsdoctor's private data cache (datacache.py), keyed by
-    the format files' bytes: parsing the YAML costs more than scanning a small log.
+    the format files as they are now: parsing the YAML costs more than scanning a small log.
     """
     from dsdoctor.datacache import cached_files, package_files  # noqa: PLC0415
 
