@@ -103,10 +103,13 @@ def test_ctrl_c_stops_the_command_group(tmp_path):
     script = tmp_path / "sleep.py"
     script.write_text(SLEEPER)
     log = tmp_path / "run.log"
+    # As from a terminal: Ctrl-C's default action. A test run started in the background by a
+    # non-interactive shell has SIGINT ignored, and an ignored signal stays ignored in children.
     watcher = subprocess.Popen([sys.executable, "-m", "dsdoctor", "watch", "--plain", "--log-file",
                                 str(log), "--", sys.executable, str(script)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=tmp_path)
+                               cwd=tmp_path,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while "started" not in (log.read_text() if log.exists() else ""):
