@@ -30,9 +30,9 @@ from dsdoctor.logs.formats import (
     check_precise,
     convert,
     load_patterns,
-    required_literals,
     with_unique_group_names,
 )
+from dsdoctor.logs.literal_engine import expanded_literals
 from dsdoctor.logs.prefilter import available_engines, make_engine
 from dsdoctor.logs.reader import normalize
 from dsdoctor.model import SYMPTOM_KINDS
@@ -96,7 +96,7 @@ def test_pattern_has_real_samples_and_negatives(pattern):
 
 @pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: p.id)
 def test_python_engine_has_a_literal(pattern):
-    lits = required_literals(pattern.prefilter, pattern.caseless)
+    lits = expanded_literals(pattern.prefilter, pattern.caseless)
     assert lits, f"{pattern.id}: prefilter {pattern.prefilter!r} has no literal of 3+ chars"
     if not pattern.is_timeline:
         # Symptom prefilters run on every chunk of a multi-GB log: no bare common word, and a

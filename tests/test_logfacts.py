@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dsdoctor.facts.logfacts import coerce, config_from_engine_items, extract, parse_argv, parse_kv_repr
-from dsdoctor.logs.formats import load_patterns, required_literals
+from dsdoctor.logs.formats import load_patterns
+from dsdoctor.logs.literal_engine import expanded_literals
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import normalize
 from dsdoctor.logs.scan import scan_text
@@ -108,7 +109,7 @@ def test_fact_patterns_are_facts_with_sources() -> None:
             assert s.get("source"), p.id
         for name in p.fields:
             assert name in p.regex.groupindex, f"{p.id}: field {name} is not a group"
-        assert required_literals(p.prefilter, p.caseless), p.id
+        assert expanded_literals(p.prefilter, p.caseless), p.id
 
 
 @pytest.mark.parametrize("pattern,i,sample", SAMPLES, ids=[f"{p.id}-{i}" for p, i, _ in SAMPLES])

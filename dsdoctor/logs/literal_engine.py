@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dsdoctor.logs.formats import Pattern, required_literals
+from dsdoctor.logs.formats import Pattern
 
 try:  # Python 3.11+
     from re import _constants as _sre_const  # type: ignore[attr-defined]
@@ -141,14 +141,14 @@ def _best(items: Any) -> list[bytes] | None:
 
 def expanded_literals(prefilter: str, caseless: bool) -> tuple[bytes, ...] | None:
     """Literals (lower-cased when caseless) at least one of which every match contains, with
-    branches and small classes expanded; falls back to :func:`required_literals`."""
+    branches and small classes expanded; None when there is none (the chunk is regex-scanned)."""
     try:
         parsed = _sre_parse.parse(prefilter.encode("utf-8").decode("latin-1"))
         lits = _best(list(parsed))
-    except Exception:  # noqa: BLE001 - any parse trouble: the plain extractor decides
-        lits = None
+    except Exception:  # noqa: BLE001 - any parse trouble means "no literal": scan with the regex
+        return None
     if not lits:
-        return required_literals(prefilter, caseless)
+        return None
     if caseless:
         lits = [x.lower() for x in lits]
     return tuple(dict.fromkeys(lits))

@@ -1,8 +1,8 @@
 """Log formats as data: YAML files of patterns, each with real sample lines the tests run.
 
-See docs/design.md ("Format files") for the schema. This module loads and validates them,
-converts extracted fields to typed values, and derives the literals the pure-Python prefilter
-searches for.
+See docs/design.md ("Format files") for the schema. This module loads and validates them
+and converts extracted fields to typed values (the portable engine derives its literals from the
+prefilters: literal_engine.py).
 """
 
 from __future__ import annotations
@@ -288,62 +288,3 @@ def _validated_fields(sources: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
             raise FormatError(f"duplicate pattern id {p.id!r}")
         seen.add(p.id)
     return [{f.name: getattr(p, f.name) for f in dataclasses.fields(p)} for p in out]
-
-
-# --- literals for the pure-Python prefilter ----------------------------------------------------
-
-try:  # Python 3.11+
-    from re import _constants as _sre_const  # type: ignore[attr-defined]
-    from re import _parser as _sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_const  # type: ignore[no-redef]
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
-
-
-def _alternatives(items) -> list[bytes] | None:
-    """A set of literals one of which must occur wherever this parsed sequence matches."""
-    best: list[bytes] | None = None
-
-    def consider(opt: list[bytes] | None) -> None:
-        nonlocal best
-        if not opt or any(len(x) < 3 for x in opt):
-            return
-        if best is None or min(map(len, opt)) > min(map(len, best)):
-            best = opt
-
-    run = bytearray()
-    for op, av in items:
-        if op is _sre_const.LITERAL:
-            run.append(av if av < 256 else ord("?"))
-            continue
-        consider([bytes(run)] if run else None)
-        run = bytearray()
-        if op is _sre_const.SUBPATTERN:
-            consider(_alternatives(av[-1]))
-        elif op is _sre_const.BRANCH:
-            opts: list[bytes] = []
-            for branch in av[1]:
-                alt = _alternatives(branch)
-                if not alt:
-                    opts = []
-                    break
-                opts.extend(alt)
-            consider(opts or None)
-        elif op in (_sre_const.MAX_REPEAT, _sre_const.MIN_REPEAT) and av[0] >= 1:
-            consider(_alternatives(av[2]))
-    consider([bytes(run)] if run else None)
-    return best
-
-
-def required_literals(prefilter: str, caseless: bool) -> tuple[bytes, ...] | None:
-    """Literals (lower-cased when caseless) at least one of which every match contains."""
-    try:
-        parsed = _sre_parse.parse(prefilter.encode("utf-8").decode("latin-1"))
-    except Exception:  # noqa: BLE001 - any parse trouble means "no literal": scan with the regex
-        return None
-    lits = _alternatives(list(parsed))
-    if not lits:
-        return None
-    if caseless:
-        lits = [x.lower() for x in lits]
-    return tuple(dict.fromkeys(lits))
