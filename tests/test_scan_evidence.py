@@ -14,19 +14,10 @@ from dsdoctor.logs.formats import load_file
 from dsdoctor.logs.prefilter import available_engines
 from dsdoctor.logs.scan import Scanner
 from dsdoctor.model import Evidence
+from tests.test_scan import TEST_FORMATS
 
-# DeepSpeed's loss_scaler.py line (as in tests/test_scan.py), 8 ranks
-FORMATS = r"""
-format: test
-patterns:
-  - id: t-overflow
-    emits: fp16-overflow
-    prefilter: 'OVERFLOW'
-    regex: 'OVERFLOW!\s*(?:Rank\s+(?P<rank>\d+)\s+)?Skipping step\.\s*Attempted loss scal\s*e:\s*(?P<attempted_scale>[\d.]+)(?:,\s*reducing to\s*(?P<new_scale>[\d.]+))?'
-    fields: {attempted_scale: float, new_scale: float, rank: int}
-    strength: 2
-    samples: ["[2023-04-28 06:51:30,648] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"]
-"""
+# DeepSpeed's loss_scaler.py line, 8 ranks: test_scan.py's overflow pattern alone
+OVERFLOW_ONLY = [p for p in load_file(TEST_FORMATS, "test.yaml") if p.id == "t-overflow"]
 LINE = ("[2023-04-28 06:51:30,648] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] "
         "OVERFLOW! Rank {r} Skipping step. Attempted loss scale: {a}, reducing to {b}")
 
@@ -42,7 +33,7 @@ def _scan(n: int, engine: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, ob
     monkeypatch.setattr(scan_mod, "Evidence", counted)
     data = "".join(LINE.format(r=i % 8, a=2 ** (16 - i % 8), b=2 ** (15 - i % 8)) + "\n"
                    for i in range(n)).encode()
-    s = Scanner(load_file(FORMATS, "test.yaml"), engine=engine)
+    s = Scanner(OVERFLOW_ONLY, engine=engine)
     s._scan_stream("t.log", io.BytesIO(data), len(data), False, None)
     return made[0], s.result()
 
