@@ -27,6 +27,15 @@ class Clock:
         return self.now
 
 
+async def wait_for(pilot, cond, what):
+    """Let the app run until ``cond()`` holds (at most 10 s)."""
+    for _ in range(100):
+        await pilot.pause(0.1)
+        if cond():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def test_stall_banner_appears_and_clears(tmp_path):
     pytest.importorskip("textual")
     from textual.widgets import Static
@@ -37,13 +46,6 @@ def test_stall_banner_appears_and_clears(tmp_path):
     path.write_text("starting\n" + DICT * 3)
     clock = Clock()
     follower = Follower([str(path)], args(), stall_after=30, clock=clock)
-
-    async def wait_for(pilot, cond, what):
-        for _ in range(100):
-            await pilot.pause(0.1)
-            if cond():
-                return
-        raise AssertionError(f"timed out waiting for {what}")
 
     async def scenario():
         app = WatchApp(follower, poll=0.1)
@@ -170,10 +172,7 @@ def test_selecting_a_finding_switches_to_the_log_of_its_evidence(tmp_path):
         app = WatchApp(Follower([str(first), str(second)], args()), poll=0.1)
         async with app.run_test(size=(110, 45)) as pilot:
             options = app.query_one("#findings", OptionList)
-            for _ in range(100):
-                await pilot.pause(0.1)
-                if options.option_count:
-                    break
+            await wait_for(pilot, lambda: options.option_count, "the findings")
             assert app.log_pane.view.file == 0 and app.log_pane.view.anchor is None
             index = next(i for i, f in enumerate(app.findings) if f.evidence
                          and f.evidence[0].file == str(second))
@@ -213,10 +212,7 @@ def test_the_log_view_and_the_finding_never_show_a_secret(tmp_path):
         app = WatchApp(Follower([str(path)], args()), poll=0.1)
         async with app.run_test(size=(200, 45)) as pilot:
             options = app.query_one("#findings", OptionList)
-            for _ in range(100):
-                await pilot.pause(0.1)
-                if options.option_count:
-                    break
+            await wait_for(pilot, lambda: options.option_count, "the findings")
             await pilot.press("down", "enter")
             await pilot.pause(0.3)
             shown = str(app.log_pane.render())
