@@ -481,11 +481,7 @@ class PythonEngine:
         plan = self.plan(data, limit)
         confirm = _Confirm(data, limit, self._regexes, out)
         for regex, anchored in plan.passes:
-            search = regex.search
-            m = search(data, 0, limit)
-            while m is not None:
-                confirm(m.start(), anchored.literals(m, data, limit))
-                m = search(data, m.start() + 1, limit)  # literals may overlap
+            _search_all(regex, anchored, data, 0, limit, confirm)
         find = data.find
         budget = max(RARE_MIN_HITS, int(limit * RARE_HITS))
         for byte, regex, anchored in plan.rare:
@@ -496,11 +492,7 @@ class PythonEngine:
                 hits += 1
                 if hits > budget:  # not rare here after all: the regex's own pass from here
                     self._stale = True
-                    search = regex.search
-                    m = search(data, pos, limit)
-                    while m is not None:
-                        confirm(m.start(), anchored.literals(m, data, limit))
-                        m = search(data, m.start() + 1, limit)
+                    _search_all(regex, anchored, data, pos, limit, confirm)
                     break
                 m = match(data, pos, limit)
                 if m is not None:
@@ -511,6 +503,16 @@ class PythonEngine:
                 out.append((m.end() - 1 if m.end() > m.start() else m.start(), i))
         out.sort()
         return out
+
+
+def _search_all(regex: re.Pattern[bytes], anchored: _Anchored, data, start: int, limit: int,
+                confirm: _Confirm) -> None:
+    """Every match of one pass's regex in ``data[start:limit]``, each confirmed."""
+    search = regex.search
+    m = search(data, start, limit)
+    while m is not None:
+        confirm(m.start(), anchored.literals(m, data, limit))
+        m = search(data, m.start() + 1, limit)  # literals may overlap
 
 
 def _spread(data, limit: int, size: int) -> bytes:
