@@ -37,17 +37,22 @@ SYMPTOM_KINDS: tuple[str, ...] = (
     "job-time-limit",
     "checkpoint-error",
     "ssh-failure",  # a multi-node launch could not ssh to a node (pdsh, DeepSpeed's runner)
+    # issue 19: the run was stopped by a signal (SIGTERM, Ctrl-C, a scheduler's cancel)
+    "run-stopped",
+    # issue 19: an error-like line that no specific pattern knows (formats/generic-errors.yaml)
+    "error-line",
 )
 
 #: Facts that only mark where something is (tracebacks' first and last lines, for DS121): rules
 #: read them, reports leave them out (they state nothing about the run).
-MARKER_FACTS: tuple[str, ...] = ("traceback-start", "traceback-end")
+MARKER_FACTS: tuple[str, ...] = ("traceback-start", "traceback-end", "run-started", "run-finished")
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 
-#: What became of the run (see diagnose/verdict.py). The first three are errors: exit 1.
-FATES: tuple[str, ...] = ("failed", "hung", "not-learning", "recovered", "healthy", "unknown")
-ERROR_FATES: tuple[str, ...] = ("failed", "hung", "not-learning")
+#: What became of the run (see diagnose/verdict.py). ERROR_FATES exit 1.
+FATES: tuple[str, ...] = ("failed", "hung", "killed", "stopped", "not-learning", "recovered",
+                          "healthy", "ended-mid-run", "unknown")
+ERROR_FATES: tuple[str, ...] = ("failed", "hung", "killed", "stopped", "not-learning")
 
 #: Prefilter engines (see prefilter.py); here so that the CLI can offer them without importing it.
 ENGINES: tuple[str, ...] = ("auto", "hyperscan", "python")
@@ -191,15 +196,20 @@ class Verdict:
     evidence: tuple[Evidence, ...] = ()
     steps_done: int | None = None
     steps_skipped: int | None = None
+    # the stable id of the line that decided the fate, when one line did (diagnose/fingerprint.py)
+    fingerprint: str | None = None
 
     @property
     def is_error(self) -> bool:
         return self.fate in ERROR_FATES
 
     def to_dict(self) -> dict[str, Any]:
-        return {"fate": self.fate, "error": self.is_error, "sentence": self.sentence,
-                "evidence": [e.to_dict() for e in self.evidence],
-                "steps_done": self.steps_done, "steps_skipped": self.steps_skipped}
+        out = {"fate": self.fate, "error": self.is_error, "sentence": self.sentence,
+               "evidence": [e.to_dict() for e in self.evidence],
+               "steps_done": self.steps_done, "steps_skipped": self.steps_skipped}
+        if self.fingerprint is not None:
+            out["fingerprint"] = self.fingerprint
+        return out
 
 
 @dataclass(frozen=True)

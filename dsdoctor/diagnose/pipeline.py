@@ -5,6 +5,9 @@ Used by ``dsdoctor analyze``, ``dsdoctor report``, ``dsdoctor watch`` and the te
 
 from __future__ import annotations
 
+import os
+import stat
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -51,9 +54,26 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
         steps_skipped=skipped.value if skipped is not None else None,
         skipped_where=skipped.source.location if skipped is not None else None)
     fate = verdict.decide({s.kind: s for s in report.symptoms}, report.timeline,
-                          report.findings, progress, has_log=bool(report.files))
+                          report.findings, progress, has_log=bool(report.files),
+                          lifecycle=_lifecycle(scan))
     return replace(report, verdict=fate,
                    problems=problems.group(report.symptoms, report.findings, fate))
+
+
+def _lifecycle(scan: ScanResult) -> verdict.Lifecycle:
+    """The run's start and successful end as its log states them, and how old the log is."""
+    started = next((f.evidence for f in scan.facts if f.name == "run-started"), None)
+    finished = [f.evidence for f in scan.facts if f.name == "run-finished"]
+    ages = []
+    for summary in scan.files:
+        try:
+            st = os.stat(summary.path)
+        except (OSError, ValueError):  # stdin, a file gone since: no age to tell
+            continue
+        if stat.S_ISREG(st.st_mode):
+            ages.append(max(0.0, time.time() - st.st_mtime))
+    return verdict.Lifecycle(started=started, finished=finished[-1] if finished else None,
+                             age_s=min(ages) if ages else None)
 
 
 def findings_of(inputs: AnalysisInputs, scan: ScanResult) -> list:

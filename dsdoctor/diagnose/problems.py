@@ -33,6 +33,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion",)),
     ("offload-client-optimizer", ("offload-client-optimizer",), ("offload-with-client-optimizer",)),
     ("port-in-use", ("port-in-use",), ("port-in-use",)),
+    ("stopped", ("run-stopped",), ()),
     ("config-mismatch", ("config-mismatch",), ("trainer-deepspeed-mismatch-in-log", "trainer-config-mismatch")),
     ("loss-scale", ("loss-scale-collapse", "fp16-overflow", "nan-loss", "loss-zero"),
      ("loss-scale-collapse", "nan-loss", "loss-stuck-at-zero", "fp16-overflow-warmup",
@@ -87,6 +88,8 @@ def _phrase(s: Symptom) -> str:
         "checkpoint-error": "checkpoint load/convert error",
         "job-time-limit": "ended by the scheduler",
         "ssh-failure": "ssh to a node failed at launch",
+        "run-stopped": "stopped by a signal",
+        "error-line": "error-like line that no pattern knows",
     }
     where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
     return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"
@@ -242,6 +245,9 @@ def _fold_requoted(groups: dict[str, _Group]) -> None:
 def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
           verdict: Verdict | None = None) -> tuple[Problem, ...]:
     """Problems, the one that decided the verdict first, then by severity; each finding once."""
+    if any(s.kind != "error-line" for s in symptoms):
+        # the generic layer's lines are told only when nothing more specific explains the run
+        symptoms = [s for s in symptoms if s.kind != "error-line"]
     present = {s.kind for s in symptoms}
     groups: dict[str, _Group] = {}
     known = {k for _c, kinds, _n in CAUSES for k in kinds} | set(EXIT_KINDS)

@@ -1,20 +1,30 @@
 """The run's fate, decided once from the symptoms, the findings and the run model's progress.
 
 A failed run must never come out clean: a CI job that gates on ``dsdoctor analyze``'s exit code
-needs "this run crashed / hung / is not learning" even when no rule had advice to give. The
+needs "this run crashed / hung / is not learning" even when no rule had advice to give, and a log
+whose failure no pattern knows must not read healthy because it is silent (issue 19). The
 verdict is that judgement; :attr:`dsdoctor.model.Report.exit_code` follows it.
 
 Order of precedence (the first that holds decides):
 
 1. ``hung``: a collective timed out (a watchdog usually kills the ranks afterwards; the hang is
    what happened, the exit is its consequence).
-2. ``failed``: something ended a rank: out of memory (GPU or host), an op that did not build, a
-   fatal config check, a port in use, a launcher exit code, a Python exception that ended a rank.
-3. ``not-learning``: the run goes on but does not train: the fp16 loss scale collapsed, NaN/inf
+2. ``failed``: something ended a rank: out of memory (GPU or host, with evidence of it), an op
+   that did not build, a fatal config check, a port in use, ...; ``killed``: a rank died of
+   SIGKILL and nothing in the log says the host ran out of memory.
+3. ``stopped``: a signal stopped the run (SIGTERM, Ctrl-C's SIGINT and its KeyboardInterrupt,
+   SIGHUP, a scheduler's cancel) before any failure; ``failed``: a Python exception that ended a
+   rank or a launcher's non-zero exit.
+4. ``not-learning``: the run goes on but does not train: the fp16 loss scale collapsed, NaN/inf
    loss, loss stuck at 0.0, or most optimizer steps skipped (``step=2000, skipped=1995``).
-4. ``recovered``: fp16 overflows while the scaler searched, then steps went on.
-5. ``healthy``: a log with no failure symptom; ``unknown``: no log (pre-flight), or overflows up
-   to the end of the log so that nobody can tell yet.
+5. ``recovered``: fp16 overflows while the scaler searched, then steps went on.
+6. ``failed`` with the cause not recognized: an error-like line that no pattern knows (an
+   exception behind a prefix, a fatal signal, a launcher tearing the ranks down, a non-zero
+   exit) after the last progress line; suggestive lines only (an ERROR record, a WARN that
+   something failed) make it ``unknown``.
+7. ``healthy`` only with positive evidence: progress and no error-like line after it, or the
+   launcher/trainer saying the run finished; ``ended-mid-run``: a whole log (the launcher's start
+   is in it) that stops after progress with no exit line; ``unknown``: nothing to judge by.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from dsdoctor.diagnose.fingerprint import fingerprint
 from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
 
 #: Signal numbers a launcher reports as negative exit codes, by name.
@@ -46,10 +57,41 @@ FATAL_CAUSES: tuple[tuple[str, str], ...] = (
     ("port-in-use", "could not start: the rendezvous port was already in use"),
 )
 
+#: Signals that stop a run on purpose (a person, a scheduler's cancel, a launcher passing one on).
+STOP_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 10: "SIGUSR1", 12: "SIGUSR2", 15: "SIGTERM"}
+
+#: Exceptions that say the process was interrupted, not that it failed.
+INTERRUPTS = ("KeyboardInterrupt", "SystemExit")
+
+#: cpu-oom patterns that only say a process got SIGKILL: the OOM killer's usual signature, but also
+#: a scheduler's cancel, a preemption, a health checker or a person. Without a line that says the
+#: host ran out of memory the fate is "killed", not an OOM (issue 19).
+SIGKILL_ONLY_PATTERNS = frozenset({
+    "ds-launcher-sigkill", "elastic-failed-sigkill", "elastic-report-sigkill", "shell-killed",
+    "mpirun-rank-sigkill", "subprocess-killed-sigkill"})
+
+#: error-line patterns that only suggest an error (formats/generic-errors.yaml, strength 1): on
+#: their own they make the fate unknown, never failed.
+SUGGESTIVE_ERROR_PATTERNS = frozenset({"error-record", "error-warn-failed"})
+
+#: How to tell what sent a SIGKILL, for the killed verdict.
+SIGKILL_CAUSES = ("the kernel's OOM killer (dmesg -T | grep -i oom; journalctl -k)",
+                  "the scheduler cancelling or preempting the job (sacct -j JOB -o State,ExitCode)",
+                  "a cluster health checker, or a person (kill -9)")
+
 #: Most steps skipped, and more skips than any start-up search of the fp16 scaler needs (halving
 #: from 2^32 down to 1 takes 32 skips, plus hysteresis): the run is not learning.
 MAX_WARMUP_SKIPS = 40
 SKIPPED_SHARE_NOT_LEARNING = 0.5
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What the log says of the run's start and end (facts of formats/run-lifecycle.yaml)."""
+
+    started: Evidence | None = None  # the launcher's first line: the log is whole, not an excerpt
+    finished: Evidence | None = None  # every process exited 0 / the trainer's final metrics
+    age_s: float | None = None  # seconds since the newest log file was written (local files)
 
 
 @dataclass(frozen=True)
@@ -181,22 +223,78 @@ def _steps_after(points: Sequence[TimelinePoint], where: tuple[str, int]) -> boo
                for p in points)
 
 
+def _signal_of(s: Symptom | None) -> int | None:
+    """The signal a launcher-nonzero-exit (or cpu-oom) symptom reports, if any."""
+    if s is None:
+        return None
+    sig = _num(s.values, "signal_num", "first")
+    code = _num(s.values, "exit_code", "min")
+    if sig is None and code is not None and code < 0:
+        sig = -code
+    return int(sig) if sig is not None else None
+
+
+def _interrupt_only(exc: Symptom | None) -> bool:
+    """True when every exception the log shows is an interrupt (Ctrl-C, sys.exit)."""
+    types = (exc.values.get("exc_type") or []) if exc is not None else []
+    return bool(types) and all(str(t).rsplit(".", 1)[-1] in INTERRUPTS for t in types)
+
+
+def _sigkill_only(s: Symptom) -> bool:
+    """True when a cpu-oom symptom rests on SIGKILL lines alone (no word of memory)."""
+    return bool(s.patterns) and set(s.patterns) <= SIGKILL_ONLY_PATTERNS
+
+
+def _before(a: Evidence, b: Evidence) -> bool:
+    """``a`` comes before ``b`` (in one file; lines of different files are not ordered)."""
+    return a.file == b.file and a.line < b.line
+
+
+def _last_progress(points: Sequence[TimelinePoint]) -> dict[str, int]:
+    """The last line with progress (a step past 0, or a loss) in each file (DeepSpeed prints
+    ``step=0`` while the engine starts: no progress yet)."""
+    last: dict[str, int] = {}
+    for p in points:
+        if p.step or p.loss is not None:
+            last[p.file] = max(last.get(p.file, 0), p.line)
+    return last
+
+
+def _age_phrase(age_s: float | None) -> str:
+    if age_s is None:
+        return ""
+    if age_s < 120:
+        return f"; the file was written {int(age_s)} s ago"
+    if age_s < 7200:
+        return f"; the file was last written {int(age_s // 60)} min ago"
+    if age_s < 172800:
+        return f"; the file was last written {int(age_s // 3600)} h ago"
+    return f"; the file was last written {int(age_s // 86400)} days ago"
+
+
 def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
-           findings: Iterable[Finding], progress: Progress, has_log: bool) -> Verdict:
+           findings: Iterable[Finding], progress: Progress, has_log: bool,
+           lifecycle: Lifecycle | None = None) -> Verdict:
     """The verdict of one analysis (see the module docstring for the order of precedence)."""
     findings = list(findings)
+    life = lifecycle or Lifecycle()
     names = {f.name for f in findings}
     get = symptoms.get
     exit_sym, exc_sym = get("launcher-nonzero-exit"), get("python-exception")
-    ended = exit_sym or exc_sym
+    stop_sym = get("run-stopped")
     ending = ""
     if exit_sym is not None:
         ending = f"({exit_phrase(exit_sym)})" if exit_phrase(exit_sym) else "(non-zero exit)"
     steps = progress.phrase()
 
-    def verdict(fate: str, text: str, *ev: Symptom | None) -> Verdict:
-        return Verdict(fate, f"{fate}: {text}", _evidence(*ev), progress.steps_done,
-                       progress.steps_skipped)
+    def verdict(fate: str, text: str, *ev: Symptom | None, cause: Evidence | None = None
+                ) -> Verdict:
+        evidence = _evidence(*ev)
+        if cause is not None and cause not in evidence:
+            evidence = (cause, *evidence)[:3]
+        return Verdict(fate, f"{fate}: {text}", evidence, progress.steps_done,
+                       progress.steps_skipped,
+                       fingerprint=fingerprint(cause.text) if cause is not None else None)
 
     if not has_log:
         return verdict("unknown", "pre-flight check (no log): the run's fate is not known")
@@ -208,9 +306,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         return verdict("hung", f"{hang_phrase(hang)}{where} ({hang.count} watchdog/timeout "
                        f"line(s), first at line {hang.first.line}){steps}{tail}", hang, exit_sym)
 
+    killed: Symptom | None = None
     for kind, what in FATAL_CAUSES:
         s = get(kind)
         if s is None:
+            continue
+        if kind == "cpu-oom" and _sigkill_only(s):
+            killed = s  # SIGKILL, and no line says why: judged below, after real causes
             continue
         code = exit_phrase(s) if kind == "cpu-oom" else oom_numbers(s) if kind == "gpu-oom" else ""
         if kind == "cpu-oom" and not code and _allocation_failed(s):
@@ -225,25 +327,54 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
 
     collapse = get("loss-scale-collapse")
     collapsed = collapse is not None or "loss-scale-collapse" in names
+    exit_signal = _signal_of(exit_sym)
+    failing_exc = exc_sym if exc_sym is not None and not _interrupt_only(exc_sym) else None
+    stop_line = (stop_sym.first if stop_sym is not None
+                 else exc_sym.first if exc_sym is not None and failing_exc is None
+                 else exit_sym.first if exit_signal in STOP_SIGNALS and failing_exc is None
+                 else None)
+    # A stop signal that came before any failure is the cause: the exceptions after it (a peer
+    # that closed its connection, a KeyboardInterrupt in every rank) are its consequences.
+    if stop_line is not None and not collapsed and (
+            failing_exc is None or not _before(failing_exc.first, stop_line)):
+        signals = stop_sym.values.get("signal") if stop_sym is not None else None
+        how = (f"received {signals[0]}" if signals
+               else "was interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)"
+               if stop_sym is None and exc_sym is not None and failing_exc is None
+               else f"received {STOP_SIGNALS[exit_signal]}" if exit_signal in STOP_SIGNALS
+               else "was stopped by a signal")
+        tail = f" {ending}" if ending else ""
+        return verdict("stopped", f"the run {how} (line {stop_line.line}){steps}{tail}; a "
+                       "retry or a resume from the last checkpoint carries on",
+                       stop_sym or exc_sym or exit_sym, exit_sym, cause=stop_line)
+
+    if killed is not None or (exit_signal == 9 and failing_exc is None and not collapsed):
+        sym = killed or exit_sym
+        assert sym is not None  # one of the two holds here
+        who = _ranks(sym) or "a rank "
+        code = _num(sym.values, "exit_code", "min")
+        exit_text = f" (exit {int(code)})" if code is not None and code < 0 else ""
+        return verdict("killed", f"{who}was killed by SIGKILL{steps}{exit_text}; nothing in the "
+                       "log says why. Usual causes: "
+                       + "; ".join(SIGKILL_CAUSES), sym, exit_sym, cause=sym.first)
+
+    ended = exit_sym or failing_exc
     if ended is not None:
         if collapsed:
             cause = "the fp16 loss scale collapsed and the run stopped"
         elif get("config-mismatch") is not None:
             cause = "the config was rejected (Trainer/Accelerate vs DeepSpeed) and the run stopped"
-        elif exc_sym is not None:
-            cause = f"{_ranks(exc_sym) or 'a rank '}died on {exception_phrase(exc_sym)}"
+        elif failing_exc is not None:
+            cause = f"{_ranks(failing_exc) or 'a rank '}died on {exception_phrase(failing_exc)}"
         else:
-            sig = _num(exit_sym.values, "signal_num", "first") if exit_sym is not None else None
             exit_code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
-            if sig is None and exit_code is not None and exit_code < 0:
-                sig = -exit_code
-            cause = (f"a rank was killed by {SIGNALS.get(int(sig), f'signal {int(sig)}')}"
-                     if sig is not None else "a rank exited non-zero")
-            if sig is not None and exit_code is not None:
+            cause = (f"a rank was killed by {SIGNALS.get(exit_signal, f'signal {exit_signal}')}"
+                     if exit_signal is not None else "a rank exited non-zero")
+            if exit_signal is not None and exit_code is not None:
                 ending = f"(exit {int(exit_code)})"  # the signal is named already
         tail = f" {ending}" if ending else ""
         return verdict("failed", f"{cause}{steps}{tail}", collapse or get("config-mismatch")
-                       or exc_sym, exit_sym)
+                       or failing_exc, exit_sym)
 
     reasons: list[str] = []
     ev: list[Symptom | None] = []
@@ -280,11 +411,28 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
                        "yet whether the scaler settled", overflow)
     judged = {k for k, _w in FATAL_CAUSES} | {
         "hang", "launcher-nonzero-exit", "python-exception", "loss-scale-collapse", "nan-loss",
-        "loss-zero", "fp16-overflow", "config-mismatch"}
+        "loss-zero", "fp16-overflow", "config-mismatch", "run-stopped", "error-line"}
     unjudged = sorted(k for k in symptoms if k not in judged)
     if unjudged:  # a kind added to the formats after this module: never call that run healthy
         return verdict("unknown", f"the log shows {', '.join(unjudged)}, which the verdict does "
                        "not judge yet", *(symptoms[k] for k in unjudged))
+
+    last_progress = _last_progress(timeline)
+    error = get("error-line")
+    late = error is not None and error.last.line > last_progress.get(error.last.file, 0)
+    if error is not None and late:
+        decisive = bool(set(error.patterns) - SUGGESTIVE_ERROR_PATTERNS)
+        where = f"{error.last.location}" + (f", rank {error.last.rank}"
+                                           if error.last.rank is not None else "")
+        after = " after the last progress line" if last_progress else ""
+        if decisive and not (life.finished is not None and _before(error.last, life.finished)):
+            return verdict("failed", f"the cause is not recognized; the last error-like line"
+                           f"{after} ({where}): {_quote(error.last.text)}{steps}", error,
+                           cause=error.last)
+        if life.finished is None:
+            return verdict("unknown", f"{error.count} error-like line(s){after}, none that says "
+                           f"the run failed; the last ({where}): {_quote(error.last.text)}{steps}",
+                           error, cause=error.last)
     cut = next((f for f in findings if f.name == "traceback-cut"), None)
     if cut is not None:  # a traceback without its end: an exception was raised, which is unknown
         where = f" (line {cut.evidence[0].line})" if cut.evidence else ""
@@ -292,9 +440,28 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
                        f"{where}: the log does not show what the rank died on{steps}",
                        cut.evidence[:3], progress.steps_done, progress.steps_skipped)
     trend = _loss_trend(timeline)
-    if steps or trend:
+    if life.finished is not None:
+        return verdict("healthy", f"the run finished (line {life.finished.line} says so){steps}"
+                       f"{trend}")
+    if steps or trend or last_progress:
+        if life.started is not None:
+            return verdict("ended-mid-run", f"the log stops after progress{steps}{trend}, with no "
+                           "exit line and no error: the run may still be going, or it hung or was "
+                           f"killed without a word{_age_phrase(life.age_s)} (to see a live run: "
+                           "dsdoctor watch --pid PID)")
         return verdict("healthy", f"no failure symptom in the log{steps}{trend}")
-    return verdict("healthy", "no failure symptom in the log (no step lines to judge progress)")
+    if life.started is not None:
+        return verdict("ended-mid-run", "the log stops after the launch with no progress, no exit "
+                       f"line and no error{_age_phrase(life.age_s)}: still starting, or stuck "
+                       "(to see a live run: dsdoctor watch --pid PID)")
+    return verdict("unknown", "no progress line and no failure in the log: it cannot tell how the "
+                   "run went")
+
+
+def _quote(text: str, width: int = 110) -> str:
+    """A log line quoted on one line, cut to ``width``."""
+    text = " ".join(text.split())
+    return f"`{text}`" if len(text) <= width else f"`{text[:width - 3]}...`"
 
 
 def _loss_trend(points: Sequence[TimelinePoint]) -> str:
@@ -323,4 +490,5 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-__all__ = ["FATAL_CAUSES", "SIGNALS", "Progress", "decide", "exception_phrase", "exit_phrase"]
+__all__ = ["FATAL_CAUSES", "SIGNALS", "Lifecycle", "Progress", "decide", "exception_phrase",
+           "exit_phrase"]
