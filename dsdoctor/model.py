@@ -37,6 +37,8 @@ SYMPTOM_KINDS: tuple[str, ...] = (
     "job-time-limit",
     "checkpoint-error",
     "ssh-failure",  # a multi-node launch could not ssh to a node (pdsh, DeepSpeed's runner)
+    # issue 19: the run or its launcher received SIGTERM/SIGINT/SIGHUP (Ctrl-C, scancel, kubelet)
+    "run-stopped",
 )
 
 #: Facts that only mark where something is (tracebacks' first and last lines, for DS121): rules

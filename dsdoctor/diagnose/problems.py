@@ -87,6 +87,7 @@ def _phrase(s: Symptom) -> str:
         "checkpoint-error": "checkpoint load/convert error",
         "job-time-limit": "ended by the scheduler",
         "ssh-failure": "ssh to a node failed at launch",
+        "run-stopped": "stopped by a signal (SIGTERM/SIGINT/Ctrl-C)",
     }
     where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
     return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"
