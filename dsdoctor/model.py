@@ -37,7 +37,7 @@ SYMPTOM_KINDS: tuple[str, ...] = (
     "job-time-limit",
     "checkpoint-error",
     "ssh-failure",  # a multi-node launch could not ssh to a node (pdsh, DeepSpeed's runner)
-    # issue 19: the run was stopped by a signal (SIGTERM, Ctrl-C, a scheduler's cancel)
+    # issue 19: the run or its launcher received SIGTERM/SIGINT/SIGHUP (Ctrl-C, scancel, kubelet)
     "run-stopped",
     # issue 19: an error-like line that no specific pattern knows (formats/generic-errors.yaml)
     "error-line",

@@ -88,7 +88,7 @@ def _phrase(s: Symptom) -> str:
         "checkpoint-error": "checkpoint load/convert error",
         "job-time-limit": "ended by the scheduler",
         "ssh-failure": "ssh to a node failed at launch",
-        "run-stopped": "stopped by a signal",
+        "run-stopped": "stopped by a signal (SIGTERM/SIGINT/Ctrl-C)",
         "error-line": "error-like line that no pattern knows",
     }
     where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
