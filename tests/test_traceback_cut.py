@@ -41,9 +41,12 @@ def test_traceback_cut_before_its_exception_line(tmp_path):
     assert f"ends at line {cut_at}" in found.message
     assert "up to and including its last line" in found.fix
     assert found.evidence[0].line == 4 and found.evidence[0].rank == 0
-    # no exception is made up: the verdict says the run's end is not in the log
-    assert report.verdict.fate == "unknown" and "cut before its exception line" in report.verdict.sentence
-    assert "python-exception" not in {s.kind for s in report.symptoms}
+    # no exception is made up (none is named), but a traceback after the last progress line is a
+    # rank that raised one: the run failed (issue 19), and the verdict says its name is cut off
+    assert report.verdict.fate == "failed", report.verdict.sentence
+    assert "cut before the line that names it" in report.verdict.sentence
+    (exc,) = [s for s in report.symptoms if s.kind == "python-exception"]
+    assert set(exc.patterns) == {"traceback-header"} and not exc.values.get("exc_type")
 
 
 def test_log_going_on_after_the_traceback_is_not_cut(tmp_path):

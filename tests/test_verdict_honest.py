@@ -96,14 +96,15 @@ def test_error_lines_before_progress_that_went_on_do_not_fail_the_run(tmp_path: 
 
 
 def test_a_suggestive_error_record_alone_is_unknown_not_failed(tmp_path: Path) -> None:
-    """An NCCL WARN that something failed (NVIDIA/nccl#1235) after progress: the log does not
-    show a failure, nor that the run went on."""
-    warn = ("ng30903:3063025:3066048 [0] proxy.cc:1143 NCCL WARN Socket recv failed while "
-            "polling for opId=0x55a51966cc80")
-    rep = run_analysis([str(_write(tmp_path, [*_lines(HEALTHY)[200:LAST_PROGRESS], warn]))],
+    """A logger's ERROR record (databrickslabs/dolly#139's Metaflow line) after progress: the log
+    does not show a failure, nor that the run went on."""
+    record = ("2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] "
+              "[09c561ee-a44c-4795-967c-7183a83b3160] 2023-04-29 06:01:12 ERROR [__main__] main failed")
+    rep = run_analysis([str(_write(tmp_path, [*_lines(HEALTHY)[200:LAST_PROGRESS], record]))],
                        engine="python")
     assert rep.verdict.fate == "unknown", rep.verdict.sentence
-    assert "NCCL WARN Socket recv failed" in rep.verdict.sentence
+    assert "ERROR [__main__] main failed" in rep.verdict.sentence
+    assert rep.exit_code == 0
 
 
 def test_sigkill_without_oom_evidence_is_killed_and_says_how_to_tell() -> None:

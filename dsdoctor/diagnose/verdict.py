@@ -240,6 +240,16 @@ def _interrupt_only(exc: Symptom | None) -> bool:
     return bool(types) and all(str(t).rsplit(".", 1)[-1] in INTERRUPTS for t in types)
 
 
+#: python-exception patterns that only mark a traceback's first line (formats/python-traceback.yaml)
+TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-header"})
+
+
+def traceback_only(exc: Symptom) -> bool:
+    """True when a python-exception symptom rests on traceback headers alone: no line of the log
+    names the exception (every traceback of it is cut)."""
+    return set(exc.patterns) <= TRACEBACK_HEADER_PATTERNS
+
+
 def _sigkill_only(s: Symptom) -> bool:
     """True when a cpu-oom symptom rests on SIGKILL lines alone (no word of memory)."""
     return bool(s.patterns) and set(s.patterns) <= SIGKILL_ONLY_PATTERNS
@@ -328,7 +338,11 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
     collapse = get("loss-scale-collapse")
     collapsed = collapse is not None or "loss-scale-collapse" in names
     exit_signal = _signal_of(exit_sym)
+    last_progress = _last_progress(timeline)
     failing_exc = exc_sym if exc_sym is not None and not _interrupt_only(exc_sym) else None
+    if failing_exc is not None and traceback_only(failing_exc) and (
+            failing_exc.last.line <= last_progress.get(failing_exc.last.file, 0)):
+        failing_exc = None  # a traceback (cut) that training went on after: logged, not fatal
     stop_line = (stop_sym.first if stop_sym is not None
                  else exc_sym.first if exc_sym is not None and failing_exc is None
                  else exit_sym.first if exit_signal in STOP_SIGNALS and failing_exc is None
@@ -364,6 +378,10 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
             cause = "the fp16 loss scale collapsed and the run stopped"
         elif get("config-mismatch") is not None:
             cause = "the config was rejected (Trainer/Accelerate vs DeepSpeed) and the run stopped"
+        elif failing_exc is not None and traceback_only(failing_exc):
+            cause = (f"{_ranks(failing_exc) or 'a rank '}raised an exception whose traceback is "
+                     f"cut before the line that names it (traceback at line "
+                     f"{failing_exc.last.line})")
         elif failing_exc is not None:
             cause = f"{_ranks(failing_exc) or 'a rank '}died on {exception_phrase(failing_exc)}"
         else:
@@ -417,7 +435,6 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         return verdict("unknown", f"the log shows {', '.join(unjudged)}, which the verdict does "
                        "not judge yet", *(symptoms[k] for k in unjudged))
 
-    last_progress = _last_progress(timeline)
     error = get("error-line")
     late = error is not None and error.last.line > last_progress.get(error.last.file, 0)
     if error is not None and late:
@@ -459,9 +476,10 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
 
 
 def _quote(text: str, width: int = 110) -> str:
-    """A log line quoted on one line, cut to ``width``."""
+    """A log line quoted on one line, cut to ``width`` from its start: a long line's start is its
+    logger prefix (time, host, pid), its end the message."""
     text = " ".join(text.split())
-    return f"`{text}`" if len(text) <= width else f"`{text[:width - 3]}...`"
+    return f"`{text}`" if len(text) <= width else f"`...{text[-(width - 3):]}`"
 
 
 def _loss_trend(points: Sequence[TimelinePoint]) -> str:

@@ -16,7 +16,7 @@ from pathlib import PurePath
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding
-from dsdoctor.diagnose.verdict import FATAL_CAUSES
+from dsdoctor.diagnose.verdict import FATAL_CAUSES, traceback_only
 from dsdoctor.facts.context import Context
 from dsdoctor.logs.aggregate import MAX_FACTS_PER_NAME
 from dsdoctor.model import Evidence, Finding
@@ -25,6 +25,7 @@ from dsdoctor.model import Evidence, Finding
 #: code lines of even deep tracebacks (DeepSpeed's ZeRO-3 hooks) stay under a few hundred.
 MAX_TRACEBACK_LINES = 400
 _TRACEBACK_FACTS = ("traceback-start", "traceback-end")
+
 
 
 def _same_stream(ev: Evidence, file: str, rank: int | None) -> bool:
@@ -72,7 +73,9 @@ def traceback_cut(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS121: say which traceback has no exception line and what to paste, when nothing else in
     the log says what the run died on (a failure the formats name, or another exception line:
     then the cut traceback is usually the launcher's or another rank's echo of it)."""
-    if ctx.has_symptom("python-exception") or any(ctx.has_symptom(k) for k, _ in FATAL_CAUSES):
+    exc = ctx.symptom("python-exception")
+    if (exc is not None and not traceback_only(exc)) or any(
+            ctx.has_symptom(k) for k, _ in FATAL_CAUSES):
         return
     cut = cut_tracebacks(ctx)
     if not cut:
