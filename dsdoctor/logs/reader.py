@@ -132,6 +132,21 @@ def normalize(raw: bytes) -> Segment:
     return Segment(text=text, rank=rank, host=host)
 
 
+def line_prefix(text: str) -> str:
+    """The quote markers and launcher prefixes that begin ``text`` ("> ", "[rank3]: ", "3: "...),
+    as normalize peels them; "" when none. paste.py drops them from the continuation lines of a
+    hard-wrapped message (each physical line got its own prefix after the wrap)."""
+    rest = text
+    for _ in range(4):
+        m = _QUOTE_RE.match(rest)
+        if m is None or not m.end():
+            m = next((m for m in (p.match(rest) for p in _RANK_PREFIXES) if m), None)
+        if m is None or not m.end():
+            break
+        rest = rest[m.end():]
+    return text[:len(text) - len(rest)]
+
+
 def _peel_markup(text: str) -> str:
     """The line without the markdown a paste put around it (bold, backticks, a glued fence)."""
     m = _MARKUP_RE.match(text)
