@@ -76,6 +76,50 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("fact-srun-mpirun-typed-cmd", "bar-glued"): (
         "a command typed at a shell prompt never follows a progress bar on its line; mid-line, "
         "'srun -' or 'mpirun -' is a message that quotes a command, not one that ran"),
+    ("fact-srun-mpirun-typed-cmd", "cut-start"): (
+        "a typed command is known by the shell prompt before it; a half-cut prompt ('st02 bin]$ "
+        "mpirun -np 4') is not one, and without it 'mpirun -np' is a quoted command"),
+    ("enospc", "no-prefix"): (
+        "'No space left on device' alone is also /dev/shm's (torch's shm files, joblib's warning: "
+        "shm-exhausted, a healthy run's warning); the OSError [Errno 28] makes it a disk write"),
+    ("checkpoint-load-path", "no-prefix"): (
+        "'loading checkpoint: /path' without DeepSpeed's 'rank: N' before it is too common a "
+        "phrase (any script's) to take its path as the run's checkpoint (a fact for the rules)"),
+}
+
+
+# Patterns whose prefilter (plus the fields a sample declares) is not the whole of what the line
+# says: their core, as a regex on the normalized line ("match": the precise regex's own match).
+# A sample it does not match keeps the default core.
+CORE: dict[str, str] = {
+    # "gradient accumulation steps to 1 from 16" alone could be any scheduler's message
+    "accelerate-grad-accum-updated": r"DeepSpeed's gradient accumulation steps to \d+ from \d+",
+    # the hang is the store's error at the end, not the communicator set-up it interrupted
+    "nccl-uniqueid-store-timeout": (r"is setting up NCCL communicator.*got error: "
+                                    r"(?:Socket Timeout|Timeout waiting for key)"),
+    # "1, reducing to 1" says nothing without "Attempted loss scale"
+    "ds-scale-reduced-to-one": r"Attempted\s+loss\s+scal\s*e:\s*[\d.e-]+,\s*reducing\s+to\s+[\d.e-]*\d",
+    # bash's job report: "N Killed" needs its "line N:" to be one
+    "shell-killed": r":\s*line \d+:\s+\d+\s+Killed",
+    # "Unable to allocate 72.8 TiB" is any allocator's; "for an array" is NumPy's
+    "numpy-array-memory": r"Unable to allocate \S+ ?\S* for an array",
+    # the signal is the meaning (a wrapped sample declares only the rank)
+    "mpirun-rank-sigkill": r"noticed that process rank \d+ .*?exited on\s+signal 9",
+    # "NCCL WARN socketProgress" or "Cuda failure 'x" alone names no failure
+    "nccl-warn-failure": "match",
+    # the command decides which pattern owns the exit (ninja builds, ssh checks, any command)
+    "subprocess-killed-sigkill": r"Command '.*?' died with <Signals\.\w+: \d+>",
+    "subprocess-nonzero-exit": r"Command '.*?' (?:returned non-zero exit status \d+|died with <Signals\.\w+: \d+>)",
+    "cpp-ext-ninja-failed": r"Command '\['ninja'.*?exit status \d+",
+    "ds-runner-ssh-check-failed": "match",
+    # "THCudaCheck FAIL file=" is any CUDA error; "error=2 : out of memory" is the OOM
+    "thc-cuda-check-oom": "match",
+    # a torch_extensions path is no failure; "cannot open shared object file" is
+    "cpp-ext-so-missing": "match",
+    # "EI0006:" is an Ascend error code; the timeout is the text after it
+    "hccl-timeout": "match",
+    # "] Assertion `x` failed." is any C assert; the block and thread make it the device's
+    "cuda-device-assert": r"block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `[^`]*`?",
 }
 
 
@@ -102,6 +146,10 @@ def core_of(pattern: Pattern, sample: dict) -> Core | None:
     if pm is None or rm is None:
         return None
     start, end = _char_offset(text, pm.start()), _char_offset(text, pm.end())
+    override = CORE.get(pattern.id)
+    cm = rm if override == "match" else re.search(override, text) if override else None
+    if cm is not None:
+        return Core(text, cm.start(), cm.end())
     wanted = set(sample.get("values") or ())
     for name, num in pattern.regex.groupindex.items():
         if name.split(DUPLICATE_MARK)[0] in wanted and rm.start(num) != -1:
