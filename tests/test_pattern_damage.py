@@ -296,3 +296,37 @@ def test_every_exemption_names_a_case_and_a_reason():
     for key, reason in EXEMPT.items():
         assert key in names, f"exemption {key} names no generated case"
         assert len(reason) > 20, f"exemption {key} needs its reason"
+
+
+# ---- the shared repairs the damage above needed ------------------------------------------------
+
+def _batch_sample() -> list[str]:
+    # bigcode-project/starcoder#77: a rich traceback's message, hard-wrapped (ds-batch-assertion)
+    p = next(p for p in PATTERNS if p.id == "ds-batch-assertion")
+    return next(s["line"] for s in p.samples if "\n" in s["line"]).split("\n")
+
+
+@pytest.mark.parametrize("prefix", ["", "> ", "> > ", "3: ", "[rank3]: "])
+def test_wrapped_message_with_a_prefix_on_every_line_is_joined_without_the_copies(prefix):
+    from dsdoctor.logs import paste
+
+    lines = [prefix + ln for ln in _batch_sample()]
+    width = paste.wrap_width(lines)
+    assert width == len(lines[0])
+    text, repairs = paste.repair_text("\n".join(lines), width)
+    assert len(repairs) == 1 and repairs[0].joined == 3
+    # one prefix, at the start; the word wrap's lost space stays lost
+    assert text == prefix + "".join(_batch_sample())
+
+
+@pytest.mark.parametrize("raw,text,rank", [
+    (b"    [rank0]: Traceback (most recent call last):", "Traceback (most recent call last):", 0),
+    (b"\t[default3]:RuntimeError: x", "RuntimeError: x", 3),
+    (b"      > Traceback (most recent call last):", "Traceback (most recent call last):", None),
+    # indented "3: " and "node-1: " are list items and key-value lines, not srun or pdsh prefixes
+    (b"    3: loss scale reduced", "    3: loss scale reduced", None),
+    (b"  gpu0: Tesla V100", "  gpu0: Tesla V100", None),
+])
+def test_normalize_peels_indentation_before_a_launcher_prefix_or_quote(raw, text, rank):
+    seg = normalize(raw)
+    assert (seg.text, seg.rank) == (text, rank)
