@@ -216,7 +216,20 @@ def _continues(line: str, nxt: str, width: int) -> bool:
     if (len(line) != width or "\r" in line or not nxt.strip() or len(set(line.strip())) <= 2
             or line.endswith(_BOX_EDGES)):
         return False
-    return not _LINE_START_RE.match(nxt) and _shape(nxt[:10])[:6] != _shape(line[:10])[:6]
+    # Both lines carry the same quote marker or launcher prefix ("> ", "3: ", "[rank0]: "): the
+    # message was wrapped before every physical line got it; what follows the prefix decides.
+    prefix = _shared_prefix(line, nxt)
+    line, nxt = line[len(prefix):], nxt[len(prefix):]
+    return (bool(nxt.strip()) and not _LINE_START_RE.match(nxt)
+            and _shape(nxt[:10])[:6] != _shape(line[:10])[:6])
+
+
+def _shared_prefix(line: str, nxt: str) -> str:
+    """The quote marker or launcher prefix that begins both lines ("" when they differ)."""
+    from dsdoctor.logs.reader import line_prefix  # noqa: PLC0415 - reader imports this module
+
+    prefix = line_prefix(line)
+    return prefix if prefix and nxt.startswith(prefix) else ""
 
 
 def wrap_width(lines: list[str]) -> int | None:
@@ -254,7 +267,9 @@ def repair_text(text: str, width: int | None = None) -> tuple[str, list[Repair]]
     i = 0
     while i < len(physical):
         j = _joined(bodies, i, width)
-        line = "".join(bodies[i:j + 1]) if j > i else physical[i]
+        # a continuation's own copy of the first line's prefix is dropped ("> ", "[rank0]: ")
+        line = (bodies[i] + "".join(b[len(_shared_prefix(bodies[i], b)):]
+                                    for b in bodies[i + 1:j + 1]) if j > i else physical[i])
         kind = "wrapped" if j > i else ""
         pieces = [line]
         if is_flattened(line):

@@ -70,11 +70,15 @@ _RANK_PREFIXES = (
     # (time, stream, F = full line or P = partial; Grafana Loki's docs of its "cri" stage).
     re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d) std(?:out|err) [FP] "),
 )
+# Indentation before a bracketed launcher prefix or a quote marker (a paste that indented every
+# line: "    [rank0]: Traceback ..."). Not before "3: " or "node-1: ": indented, those are list
+# items and key-value lines far more often than srun's or pdsh's prefixes.
+_INDENT_RE = re.compile(r"^[ \t]+(?=\[(?:rank|default)\d+\]:|\[\d+,(?:mpirank:)?\d+(?:,[\w.-]+)?\]<std|>)")
 # Could any quote marker, markup or prefix above start this text? One match instead of ten per
 # segment. Built from the patterns themselves, so a new prefix can never be missed by it.
 _ANY_PREFIX_RE = re.compile("|".join(
     "(?:" + re.sub(r"\(\?P<\w+>", "(?:", p.pattern.removeprefix("^")) + ")"
-    for p in (_QUOTE_RE, _MARKUP_RE, *_RANK_PREFIXES)))
+    for p in (_INDENT_RE, _QUOTE_RE, _MARKUP_RE, *_RANK_PREFIXES)))
 _RANK_IN_NAME_RE = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?:\D|$)", re.IGNORECASE)
 
 _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
@@ -110,6 +114,9 @@ def normalize(raw: bytes) -> Segment:
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
     for _ in range(4 if _ANY_PREFIX_RE.match(text) or text.endswith("```") else 0):
         before = text
+        m = _INDENT_RE.match(text)
+        if m:
+            text = text[m.end():]
         m = _QUOTE_RE.match(text)
         if m and m.end():
             text = text[m.end():]
@@ -130,6 +137,21 @@ def normalize(raw: bytes) -> Segment:
     if len(text) > MAX_SEGMENT_CHARS:
         text = text[:MAX_SEGMENT_CHARS]
     return Segment(text=text, rank=rank, host=host)
+
+
+def line_prefix(text: str) -> str:
+    """The quote markers and launcher prefixes that begin ``text`` ("> ", "[rank3]: ", "3: "...),
+    as normalize peels them; "" when none. paste.py drops them from the continuation lines of a
+    hard-wrapped message (each physical line got its own prefix after the wrap)."""
+    rest = text
+    for _ in range(4):
+        m = _INDENT_RE.match(rest) or _QUOTE_RE.match(rest)
+        if m is None or not m.end():
+            m = next((m for m in (p.match(rest) for p in _RANK_PREFIXES) if m), None)
+        if m is None or not m.end():
+            break
+        rest = rest[m.end():]
+    return text[:len(text) - len(rest)]
 
 
 def _peel_markup(text: str) -> str:
