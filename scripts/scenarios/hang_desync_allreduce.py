@@ -101,8 +101,11 @@ At step {MEAN_EVERY} rank 0 waits in that all-reduce while rank 1 goes on to ste
 forward and backward, whose ZeRO-2 gradient reduction waits for rank 0. The ranks are desynchronized:
 each waits in a collective the other never enters. The process group was created with
 `deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds={TIMEOUT_S}))`, so after
-{TIMEOUT_S} s gloo raises on the waiting ranks (on GPUs with NCCL the same bug is a watchdog timeout
-after 10-30 minutes, or a silent hang), the ranks die and the launcher reports the exit code.
+{TIMEOUT_S} s gloo raises (on GPUs with NCCL the same bug is a watchdog timeout after 10-30 minutes, or
+a silent hang). Rank 0, which began waiting first, times out
+(`Timed out waiting {TIMEOUT_S * 1000}ms for recv operation to complete`) and dies; rank 1, still waiting, then
+loses its peer (`Connection closed by peer ... This is typically caused by a remote worker
+crashing`), and the launcher reports the exit code.
 
 The log is the launcher's output as printed: the progress lines up to step {MEAN_EVERY}, both ranks'
 tracebacks (`[rank0]:` / `[rank1]:` prefixes), and the launcher's `Killing subprocess` /
