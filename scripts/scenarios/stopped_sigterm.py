@@ -56,6 +56,14 @@ A correct analysis calls the run **stopped** (by SIGTERM, after step {_signals.A
 healthy (it did not finish), not a hang, not an out-of-memory kill. The symptom the new vocabulary
 names for it is `run-stopped` (issue 19); it is not listed in `expected.json` until dsdoctor's
 symptom kinds include it (`tests/test_sample_logs.py` rejects unknown kinds).
+
+**Why the signal goes to `deepspeed.launcher.launch`, not to the `deepspeed` command.** Tried
+once by hand on this machine (DeepSpeed 0.19.8, not kept as a sample): SIGTERM to the `deepspeed`
+command's pid on a single node ends only that process (status -15; `runner.py` installs its
+SIGINT/SIGTERM handler only for multi-node pdsh launches) and prints nothing; its
+`deepspeed.launcher.launch` child and both ranks keep training, orphaned, and keep writing
+`step N` lines into the log. Stopping a run with `kill <pid>` therefore has to target the launcher
+(or the whole process group, as Ctrl-C and schedulers do).
 """ + _signals.NOTES_COMMON, outcome)
     return outcome
 
