@@ -74,11 +74,12 @@ was, it may print a gloo error about the lost peer before it is terminated. The 
 exits with `sys.exit(-9)`, which the OS reports as status 247 (-9 modulo 256), and the `deepspeed`
 command passes that on: a shell sees 247, not 137 (128 + 9) as for a process killed by the signal.
 
-A correct analysis calls the run **killed** (SIGKILL, rank {VICTIM}, after step {_signals.AFTER_STEPS}), exit 1, and does
-not call it a host out-of-memory kill without OOM evidence; it says SIGKILL, lists the usual causes
-and how to tell them apart. For now `expected.json` lists no symptom kind (the kinds for a SIGKILL
-are being reworked in issue 19) and does not list `cpu-oom` or DS106 under `must_not` (dsdoctor
-reports a -9 exit as `cpu-oom` today); the verdict (`fate: killed`) is what it checks.
+A correct analysis calls the run **killed** (SIGKILL, rank {VICTIM}, after step {_signals.AFTER_STEPS}), exit 1,
+and does not call it a host out-of-memory kill without OOM evidence; it says SIGKILL, lists the
+usual causes and how to tell them apart. For now `expected.json` lists no symptom kind (the kinds
+for a SIGKILL are being reworked in issue 19) and does not list `cpu-oom` or DS106 under
+`must_not` (dsdoctor reports a -9 exit as `cpu-oom` today); the verdict (`fate: killed`) is what
+it checks.
 """ + _signals.NOTES_COMMON, outcome)
     return outcome
 
