@@ -65,7 +65,7 @@ def run(out: Path, script: Path, action: Callable[[Any], dict[str, Any]]) -> tup
         ram = c.free_ram_bytes()
         done = action(proc)
         done["ram_available_bytes"] = ram
-        done["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        done["at"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         return done
 
     trigger = c.StepTrigger(out / "train.log", PROGRESS, AFTER_STEPS, act)

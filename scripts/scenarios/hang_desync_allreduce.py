@@ -12,6 +12,7 @@ gloo raises on the waiting ranks, they die, and the launcher reports it.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,6 +85,8 @@ def generate(out: Path) -> c.Outcome:
                      must_not_rules=["DS105", "DS106"], fate="hung")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "a collective only rank 0 enters: desynchronized ranks time out", f"""
+Run on {time.strftime('%Y-%m-%d %H:%M:%S %Z')} (when the run ended).
+
 A tiny GPT-2 (`model_config.json`: 2 layers, 64 wide, vocab 128; random weights, nothing downloaded)
 trained with ZeRO stage 2 (`ds_config.json`), AdamW, fp32, on 2 ranks (CPU accelerator, gloo) with
 the real `deepspeed` launcher; rank 0 prints `step N/20: loss = X` after each step. Every

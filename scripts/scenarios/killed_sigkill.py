@@ -52,6 +52,8 @@ def generate(out: Path) -> c.Outcome:
     outcome = c.Outcome([run])
     gib = 1024**3
     c.write_readme(out, NAME, "one rank killed by kill -9 (SIGKILL) with RAM to spare", f"""
+Run on {fired.get('at', '?')} (when the driver sent the signal).
+
 A healthy training run in which one rank is killed from outside: after the log showed
 `{fired.get('after', '?')}`, the scenario driver sent **SIGKILL** to rank {VICTIM}'s Python process
 (pid {fired.get('pid', '?')}, `--local_rank={VICTIM}`; not the launcher) with

@@ -45,6 +45,8 @@ def generate(out: Path) -> c.Outcome:
                      must_not_rules=["DS105", "DS106", "DS107"], fate="stopped")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "training stopped with Ctrl-C (SIGINT to the process group)", f"""
+Run on {fired.get('at', '?')} (when the driver sent the signal).
+
 A healthy training run that a person stops with Ctrl-C: after the log showed
 `{fired.get('after', '?')}`, the scenario driver sent **SIGINT** to the launch's whole process group
 (pgid {fired.get('pgid', '?')}: the `deepspeed` command, `deepspeed.launcher.launch` and both ranks,

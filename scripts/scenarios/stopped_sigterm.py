@@ -40,6 +40,8 @@ def generate(out: Path) -> c.Outcome:
                      must_not_rules=["DS105", "DS106", "DS107"], fate="stopped")
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "training stopped by SIGTERM to the launcher", f"""
+Run on {fired.get('at', '?')} (when the driver sent the signal).
+
 A healthy training run that something outside it stops: after the log showed
 `{fired.get('after', '?')}`, the scenario driver sent **SIGTERM** to the per-node launcher
 (`python -u -m deepspeed.launcher.launch ...`, pid {fired.get('pid', '?')}) with
