@@ -11,8 +11,9 @@ A scenario folder holds ``*.log`` / ``*.log.gz`` (the logs), ``ds_config*.json``
 ``"max_severity"`` (the worst finding severity a correct analysis may report, e.g. ``"info"`` for a
 healthy-but-noisy run), ``"must_not_rules"`` (rule codes that would be wrong diagnoses),
 ``"scripts"`` (training scripts, relative to the repository, to pass with ``--script``) and
-``"fate"`` (the run's verdict: failed, hung, not-learning, recovered or healthy; failed, hung and
-not-learning must exit 1, healthy and recovered 0 unless a finding is an error).
+``"fate"`` (the run's verdict: failed, hung, killed, stopped, not-learning, recovered or healthy;
+failed, hung, killed, stopped and not-learning must exit 1, healthy and recovered 0 unless a finding
+is an error).
 """
 
 from __future__ import annotations
@@ -119,11 +120,12 @@ def run_analyze(folder: Path, fmt: str = "json") -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-ERROR_FATES = ("failed", "hung", "not-learning")
+# Issue 19: a run killed by SIGKILL or stopped by a signal / Ctrl-C did not finish: exit 1 too.
+ERROR_FATES = ("failed", "hung", "killed", "stopped", "not-learning")
 
 
 def expected_exit(report: dict[str, Any], fate: str) -> int:
-    """The exit code a run of this fate must give: 1 for failed/hung/not-learning; otherwise 0
+    """The exit code a run of this fate must give: 1 for failed/hung/killed/stopped/not-learning; otherwise 0
     unless a finding is an error (a config lint on a healthy run still fails the check)."""
     if fate in ERROR_FATES:
         return 1

@@ -212,6 +212,89 @@ class RssWatchdog:
             time.sleep(self.interval)
 
 
+class StepTrigger:
+    """Act on a running launch once the log shows ``n`` progress lines (a person or a scheduler).
+
+    Polls the log file the run writes (the same bytes the user sees) for lines matching
+    ``pattern``; at the ``n``-th it calls ``action(proc)`` once, with ``proc`` the launcher command
+    the driver started, and keeps what the action returned (which pid got which signal) and the
+    last progress line seen, for the scenario's README. It prints nothing into the log.
+    """
+
+    def __init__(self, log_path: Path, pattern: str, n: int,
+                 action: Callable[[subprocess.Popen], dict[str, Any]], interval: float = 0.1) -> None:
+        import re
+
+        self.log_path = log_path
+        self.regex = re.compile(pattern, re.M)
+        self.n = n
+        self.action = action
+        self.interval = interval
+        self.fired: dict[str, Any] | None = None
+
+    def __call__(self, proc: subprocess.Popen) -> None:
+        while proc.poll() is None and self.fired is None:
+            try:
+                text = self.log_path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                text = ""
+            hits = self.regex.findall(text)
+            if len(hits) >= self.n:
+                last = [ln for ln in text.splitlines() if self.regex.search(ln)][-1]
+                self.fired = {"after": last, **self.action(proc)}
+                return
+            time.sleep(self.interval)
+
+
+def launcher_processes(proc: subprocess.Popen) -> dict[str, Any]:
+    """The processes under the ``deepspeed`` command: ``runner`` (the command itself), ``launch``
+    (its ``deepspeed.launcher.launch`` child, which spawns the ranks) and ``ranks`` (local rank ->
+    psutil.Process), found by their command lines."""
+    import psutil
+
+    runner = psutil.Process(proc.pid)
+    out: dict[str, Any] = {"runner": runner, "launch": None, "ranks": {}}
+    for p in runner.children(recursive=True):
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "deepspeed.launcher.launch" in cmd:
+            out["launch"] = p
+        for a in cmd:
+            if a.startswith("--local_rank="):
+                out["ranks"][int(a.split("=", 1)[1])] = p
+    return out
+
+
+def free_ram_bytes() -> int:
+    """MemAvailable from /proc/meminfo (what the kernel could give without swapping)."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return -1
+
+
+def remove_shm_buffers(port: int) -> list[str]:
+    """Remove the /dev/shm all-reduce buffers of the run on ``port``.
+
+    DeepSpeed's CPU accelerator names them ``deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``
+    (66 MB each) and never removes them; a killed or stopped rank cannot. Only this run's are
+    removed (by its port), so other runs on the machine keep theirs.
+    """
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        return []
+    gone = []
+    for f in shm.glob(f"deepspeed_*_{port}_*"):
+        try:
+            f.unlink()
+            gone.append(f.name)
+        except OSError:
+            pass
+    return gone
+
+
 def write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON with a trailing newline."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -339,8 +422,9 @@ def read_log(out: Path, name: str) -> str:
 
 
 __all__ = [
-    "Outcome", "RssWatchdog", "Run", "SAMPLE_LOGS", "SCENARIO_DIR", "deepspeed_cmd", "driver_main", "env_snapshot",
-    "free_port", "launcher_env", "package_versions", "patch_cpu_fp16", "read_log", "require",
+    "Outcome", "RssWatchdog", "Run", "SAMPLE_LOGS", "SCENARIO_DIR", "StepTrigger", "deepspeed_cmd",
+    "driver_main", "env_snapshot", "free_port", "free_ram_bytes", "launcher_env", "launcher_processes",
+    "remove_shm_buffers", "package_versions", "patch_cpu_fp16", "read_log", "require",
     "run_logged", "set_deepspeed_log_level", "worker_args", "write_expected",
     "write_json", "write_readme",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 TINY_GPT2 = {
@@ -34,11 +35,17 @@ def lm_batches(rank: int, batch: int = 8, seq: int = 32):
 
 
 def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1,
-               resume_from: str | None = None) -> Any:
+               resume_from: str | None = None, pause: float = 0.0,
+               after_step: Callable[[int, Any, Any], None] | None = None) -> Any:
     """deepspeed.initialize + the usual forward/backward/step loop; rank 0 prints the loss.
 
-    ``resume_from``: a checkpoint directory loaded before the first step. Returns the engine
-    (scenarios save a checkpoint with it)."""
+    ``resume_from``: a checkpoint directory loaded before the first step. ``pause``: seconds each
+    step sleeps after printing (a run that must last until the driver signals it idles instead of
+    burning the shared CPU). ``after_step(step, engine, loss)``: the scenario's own code after each
+    step (e.g. a collective only one rank enters). Returns the engine (scenarios save a checkpoint
+    with it)."""
+    import time
+
     import torch
 
     import deepspeed
@@ -56,4 +63,8 @@ def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1,
         engine.step()
         if rank == 0 and step % print_every == 0:
             print(f"step {step}/{steps}: loss = {loss.item():.4f}", flush=True)
+        if after_step is not None:
+            after_step(step, engine, loss)
+        if pause:
+            time.sleep(pause)
     return engine
