@@ -349,8 +349,11 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
                  else None)
     # A stop signal that came before any failure is the cause: the exceptions after it (a peer
     # that closed its connection, a KeyboardInterrupt in every rank) are its consequences.
+    # A traceback that no line names (traceback headers only) before the stop is the interrupt's
+    # own (a KeyboardInterrupt ends it), not a failure.
     if stop_line is not None and not collapsed and (
-            failing_exc is None or not _before(failing_exc.first, stop_line)):
+            failing_exc is None or traceback_only(failing_exc)
+            or not _before(failing_exc.first, stop_line)):
         signals = stop_sym.values.get("signal") if stop_sym is not None else None
         how = (f"received {signals[0]}" if signals
                else "was interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)"
