@@ -308,3 +308,17 @@ def test_script_loss_fixed_width_look_behinds_match_the_variable_one():
     for text in texts:
         a, b = old.search(text), pattern.regex.search(text)
         assert (a and a.span()) == (b and b.span()), text
+
+
+TIMELINE = tuple(p for p in PATTERNS if p.is_timeline)
+
+
+@pytest.mark.parametrize("line", sorted({s["line"] for p in TIMELINE for s in p.samples}
+                                        | {n for p in TIMELINE for n in p.negatives
+                                           if p.format == "generic-progress"}))
+def test_one_line_is_at_most_one_timeline_point(line):
+    """Every timeline pattern adds a point for each line it matches: the generic progress
+    patterns (generic-progress.yaml) must stay off the lines the specific ones read, and off each
+    other's, or a step would be counted twice (and the live loss plotted twice)."""
+    hits = [p.id for p in TIMELINE if _match(p, line) is not None]
+    assert len(hits) <= 1, f"{hits} all match {line!r}"

@@ -176,3 +176,39 @@ def test_pid_attaches_and_reads_the_rank_from_the_environment(tmp_path):
         assert stack.startswith("rank stacks: rank 3 is in wait_in_all_reduce (rank.py:10)"), stack
     else:
         assert "pip install py-spy" in stack
+
+
+# A hand-written loop as users write it: print() without flush, into watch's pipe
+UNFLUSHED = r"""
+import os, sys, time
+print("step 1 | loss 2.4900")
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
+def test_a_print_without_flush_reaches_the_log_while_the_command_runs(tmp_path, monkeypatch):
+    """Python block-buffers stdout into a pipe: without PYTHONUNBUFFERED the line would reach the
+    log only when the script exits, and a loop printing a step a second would look hung."""
+    from dsdoctor.watch.launch import Launched  # noqa: PLC0415
+
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    script, go, log = tmp_path / "loop.py", tmp_path / "go", tmp_path / "run.log"
+    script.write_text(UNFLUSHED)
+    launched = Launched([sys.executable, str(script), str(go)], str(log))
+    seen_while_running = False
+    while launched.poll() is None:
+        if not seen_while_running and "step 1 | loss" in log.read_text():
+            seen_while_running = True
+            go.touch()  # the script ends once its line has been seen
+        time.sleep(0.05)
+    assert seen_while_running
+    assert launched.poll() == launched.wait() and launched.proc.returncode == 0
+
+
+def test_a_pythonunbuffered_the_user_set_is_kept():
+    from dsdoctor.watch.launch import child_environment  # noqa: PLC0415
+
+    assert child_environment({"PATH": "/bin"}) == {"PATH": "/bin", "PYTHONUNBUFFERED": "1"}
+    assert child_environment({"PYTHONUNBUFFERED": ""})["PYTHONUNBUFFERED"] == ""

@@ -250,3 +250,42 @@ def test_a_backlog_read_in_one_burst_gives_no_step_rate(tmp_path):
         follower.poll()  # nothing new: the scanner's held-back last line is flushed
     # 3 intervals of 4 s after the last backlog event (about 4 s after it, too)
     assert follower.stall.steps_per_second() == pytest.approx(3 / 12, rel=0.01)
+
+
+def test_a_hand_written_loop_stalls_within_about_a_minute_of_its_last_step(tmp_path):
+    """Issue 19: a loop printing ``step N | loss X`` once a second (no DeepSpeed, no Trainer: a
+    generic-progress timeline line) gets the adaptive threshold, 60 s, instead of the 300 s floor.
+    Through the follower, as watch reads the file: a poll every 0.5 s, a line every second."""
+    clock = Clock()
+    path = tmp_path / "train.log"
+    path.write_text("starting\n")
+    follower = Follower([str(path)], AnalysisInputs(), clock=clock)
+    follower.poll()
+    follower.poll()  # the backlog is read: its pace says nothing
+    for step in range(1, 21):
+        clock.now += 0.5
+        with open(path, "a") as fh:
+            fh.write(f"step {step} | loss {2.5 - step / 100:.4f}\n")
+        follower.poll()
+        clock.now += 0.5
+        follower.poll()
+        assert follower.take_changes() == []
+    status = follower.stall.status()
+    assert status.progress_events == 20
+    assert status.last is not None and status.last.step == 20
+    assert status.last.location == f"{path}:21"
+    assert follower.stall.threshold() == (MIN_ADAPTIVE_SECONDS, True)
+    assert status.steps_per_second == pytest.approx(1.0)
+    last_step_at = status.last.at  # when watch read step 20
+    assert clock.now - 1.0 < last_step_at <= clock.now
+    clock.now = last_step_at + MIN_ADAPTIVE_SECONDS - 0.1
+    follower.poll()
+    assert follower.take_changes() == []  # not before the threshold
+    clock.now = last_step_at + MIN_ADAPTIVE_SECONDS + 0.1
+    follower.poll()
+    changes = follower.take_changes()
+    assert [c.kind for c in changes] == ["stalled"]
+    stall = changes[0].status
+    assert stall.adaptive and stall.threshold == MIN_ADAPTIVE_SECONDS
+    assert 60 <= stall.idle_seconds <= 70
+    assert f"last progress {path}:21: step 20 | loss 2.3000" in stall.describe()

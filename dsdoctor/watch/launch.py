@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsdoctor.errors import UsageError
@@ -47,6 +48,20 @@ class ExitStatus:
         return f"exit status {self.returncode}"
 
 
+def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The launched command's environment: ours, with ``PYTHONUNBUFFERED=1`` unless it is set.
+
+    The command writes into a pipe, not a terminal, so Python block-buffers its ``print()``s: a
+    hand-written loop printing ``step N | loss X`` once a second reaches the log (and the stall
+    clock) 8 KiB at a time, every few minutes, and looks hung meanwhile. Unbuffered, each line
+    arrives when it is printed, as on a terminal (the launchers on this machine, torchrun and
+    deepspeed, pass the environment on to their ranks). A value the user set is left as it is.
+    """
+    env = dict(environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
 class Launched:
     """A running command whose stdout+stderr go to ``log_path`` (appended to, never truncated)."""
 
@@ -64,7 +79,8 @@ class Launched:
                              "choose another place with --log-file") from exc
         try:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=child_environment(os.environ))
         except OSError as exc:
             self._log.close()
             if not existed:  # leave no empty log behind for a command that never started
