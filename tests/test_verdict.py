@@ -208,8 +208,10 @@ def test_collapse_sample_fails_with_the_run_models_step_counts() -> None:
     rep = run_analysis([str(folder / "train.log")], configs=[str(folder / "ds_config.json")],
                        engine="python")
     assert rep.verdict.fate == "failed"
+    # the script prints "epoch 0 | step 17 | loss nan" after DeepSpeed's last "step=15,
+    # skipped=15" line (DeepSpeed logs every 5 steps): 17 steps ran, 15 skipped as of step 15
     assert rep.verdict.sentence == ("failed: the fp16 loss scale collapsed and the run stopped after "
-                                    "step 15 (15 skipped) (exit 1)")
+                                    "step 17 (15 skipped) (exit 1)")
     assert rep.verdict.evidence and rep.verdict.evidence[0].line == 246
 
 

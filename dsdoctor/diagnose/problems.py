@@ -10,6 +10,7 @@ the problems; the grouping lives here, before rendering.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ EXIT_RULES = ("rank-exited-nonzero",)
 FATAL = tuple(cause for cause, _kinds, _names in CAUSES
               if cause not in ("config-mismatch", "loss-scale"))
 EVIDENCE_PER_PROBLEM = 3
+_TRACEBACK_HEADER = re.compile(r"Traceback \(most recent call last\)")
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -141,7 +143,12 @@ def _pick_evidence(g: _Group, lead: Finding | None, shown: set[tuple[str, int]]
     order = {"launcher-nonzero-exit": 1, "python-exception": 3}
     ranked = sorted(enumerate(g.symptoms), key=lambda t: (order.get(t[1].kind, 0 if t[0] == 0
                                                                     else 2), t[0]))
-    pools: list[Iterable[Evidence]] = [s.evidence for _i, s in ranked]
+    # A traceback's first line says only that one exists: shown when it is all a symptom has
+    # (a cut traceback), never in place of a line that says what happened.
+    pools: list[Iterable[Evidence]] = [
+        [e for e in s.evidence if not _TRACEBACK_HEADER.search(e.text)] for _i, s in ranked]
+    if not any(pools):
+        pools = [s.evidence for _i, s in ranked]
     if lead is not None:
         pools.append(lead.evidence)
     for pool in pools:  # round one: the strongest line of each symptom kind

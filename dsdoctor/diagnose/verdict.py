@@ -70,6 +70,10 @@ SIGKILL_ONLY_PATTERNS = frozenset({
     "ds-launcher-sigkill", "elastic-failed-sigkill", "elastic-report-sigkill", "shell-killed",
     "mpirun-rank-sigkill", "subprocess-killed-sigkill"})
 
+#: The finding that the run's CPU offload needs more RAM than the node has (DS203): with it, a
+#: SIGKILL has the OOM evidence a bare -9 lacks.
+RAM_SHORT_FINDING = "offload-exceeds-cpu-ram"
+
 #: error-line patterns that only suggest an error (formats/generic-errors.yaml, strength 1): on
 #: their own they make the fate unknown, never failed.
 SUGGESTIVE_ERROR_PATTERNS = frozenset({"error-record", "error-warn-failed"})
@@ -322,8 +326,11 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         if s is None:
             continue
         if kind == "cpu-oom" and _sigkill_only(s):
-            killed = s  # SIGKILL, and no line says why: judged below, after real causes
-            continue
+            if RAM_SHORT_FINDING not in names:
+                killed = s  # SIGKILL, and no line says why: judged below, after real causes
+                continue
+            what = ("was killed (SIGKILL) and its offload needs more host RAM than the node has "
+                    "(DS203): the OOM killer's signature")
         code = exit_phrase(s) if kind == "cpu-oom" else oom_numbers(s) if kind == "gpu-oom" else ""
         if kind == "cpu-oom" and not code and _allocation_failed(s):
             what = "ran out of host RAM (an allocation failed; nothing was killed)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from dsdoctor.diagnose import verdict
 from dsdoctor.diagnose.checks import zero_to_fp32
 from dsdoctor.diagnose.checks.common import (
     as_numlike,
@@ -66,8 +67,15 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
 
     lf = log_facts(ctx)
-    bits = [f"A process ran out of host (CPU) RAM (line {s.first.line}: "
-            f"{s.first.text[:100]!r}{'...' if len(s.first.text) > 100 else ''})."]
+    quoted = f"line {s.first.line}: {s.first.text[:100]!r}{'...' if len(s.first.text) > 100 else ''}"
+    # A bare SIGKILL is the OOM killer's signature, not its proof (issue 19): say so, and how to tell.
+    sigkill_only = verdict.SIGKILL_ONLY_PATTERNS >= set(s.patterns) and bool(s.patterns)
+    title = "A rank was killed by SIGKILL (host RAM is the usual reason)" if sigkill_only else ""
+    bits = [f"A rank was killed by SIGKILL ({quoted}) and nothing in the log says why: the kernel's "
+            "OOM killer does that when host RAM runs out, and so do a scheduler's cancel or "
+            "preemption, a health checker or a person (`dmesg -T | grep -i oom` and `sacct -j JOB "
+            "-o State,ExitCode` tell which). If it was the OOM killer:" if sigkill_only else
+            f"A process ran out of host (CPU) RAM ({quoted})."]
     fixes: list[str] = []
     opt, par = offload_device(ctx, "optimizer"), offload_device(ctx, "param")
     stage = zero_stage(ctx)
@@ -125,7 +133,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
                      "(offload adds host memory)")
     yield finding(" ".join(bits), fix="; ".join(fixes) + ".",
                   path="zero_optimization.offload_optimizer.device" if opt == "cpu" else None,
-                  evidence=s.evidence)
+                  evidence=s.evidence, title=title)
 
 
 # ------------------------------------------------------------ DS203 offload exceeds CPU RAM
