@@ -82,6 +82,9 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("enospc", "no-prefix"): (
         "'No space left on device' alone is also /dev/shm's (torch's shm files, joblib's warning: "
         "shm-exhausted, a healthy run's warning); the OSError [Errno 28] makes it a disk write"),
+    ("rich-traceback-frame", "cut-end"): (
+        "a rich frame cut right after its box and first character ('│ /') names no file: any rich "
+        "panel or table row starts that way"),
     ("checkpoint-load-path", "no-prefix"): (
         "'loading checkpoint: /path' without DeepSpeed's 'rank: N' before it is too common a "
         "phrase (any script's) to take its path as the run's checkpoint (a fact for the rules)"),

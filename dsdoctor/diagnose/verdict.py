@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dsdoctor.diagnose.fingerprint import fingerprint
-from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
+from dsdoctor.model import Evidence, Fact, Finding, Symptom, TimelinePoint, Verdict
 
 #: Signal numbers a launcher reports as negative exit codes, by name.
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
@@ -245,13 +245,23 @@ def _interrupt_only(exc: Symptom | None) -> bool:
 
 
 #: python-exception patterns that only mark a traceback's first line (formats/python-traceback.yaml)
-TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-header"})
+TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-header", "rich-traceback-frame"})
 
 
 def traceback_only(exc: Symptom) -> bool:
     """True when a python-exception symptom rests on traceback headers alone: no line of the log
     names the exception (every traceback of it is cut)."""
     return set(exc.patterns) <= TRACEBACK_HEADER_PATTERNS
+
+
+def interrupt_tracebacks(exc: Symptom, facts: Iterable[Fact]) -> bool:
+    """True for a python-exception symptom made of traceback headers alone whose tracebacks all
+    end in an interrupt (Ctrl-C's KeyboardInterrupt, SystemExit): they are the stop's, not an
+    exception that ended a rank (run-stopped tells the stop)."""
+    if exc.kind != "python-exception" or not traceback_only(exc):
+        return False
+    ends = [str(f.values.get("exc_type", "")) for f in facts if f.name == "traceback-end"]
+    return bool(ends) and all(e.rsplit(".", 1)[-1] in INTERRUPTS for e in ends)
 
 
 def _sigkill_only(s: Symptom) -> bool:
