@@ -39,7 +39,7 @@ def generate(out: Path) -> c.Outcome:
     run, fired = _signals.run(out, SCRIPT, ctrl_c)
     log = c.read_log(out, "train.log")
     c.require("KeyboardInterrupt" in log, "no KeyboardInterrupt in the log")
-    c.write_expected(out, symptoms=[], rules=[],
+    c.write_expected(out, symptoms=["run-stopped"], rules=[],
                      must_not=["hang", "gpu-oom", "cpu-oom", "fp16-overflow", "nan-loss",
                                "loss-scale-collapse"],
                      must_not_rules=["DS105", "DS106", "DS107"], fate="stopped")
@@ -65,9 +65,7 @@ status is -2 (130 in a shell).
 
 A correct analysis calls the run **stopped** (by Ctrl-C / SIGINT, after step {_signals.AFTER_STEPS}), exit 1:
 not healthy, not a hang, and not a crash of the training code (the tracebacks are the interrupt's).
-The symptom the new vocabulary names for it is `run-stopped` (issue 19); it is not listed in
-`expected.json` until dsdoctor's symptom kinds include it (`tests/test_sample_logs.py` rejects
-unknown kinds).
+The symptom is `run-stopped` (issue 19), listed in `expected.json`.
 """ + _signals.NOTES_COMMON, outcome)
     return outcome
 

@@ -34,7 +34,7 @@ def generate(out: Path) -> c.Outcome:
     run, fired = _signals.run(out, SCRIPT, sigterm_launcher)
     log = c.read_log(out, "train.log")
     c.require("Main process received SIGTERM" in log, "the launcher did not log the SIGTERM")
-    c.write_expected(out, symptoms=[], rules=[],
+    c.write_expected(out, symptoms=["run-stopped"], rules=[],
                      must_not=["hang", "gpu-oom", "cpu-oom", "fp16-overflow", "nan-loss",
                                "loss-scale-collapse"],
                      must_not_rules=["DS105", "DS106", "DS107"], fate="stopped")
@@ -55,9 +55,7 @@ does not catch SIGTERM, so the ranks die without a traceback) and
 No `exits with return code` line: no rank had failed before the signal.
 
 A correct analysis calls the run **stopped** (by SIGTERM, after step {_signals.AFTER_STEPS}), exit 1: not
-healthy (it did not finish), not a hang, not an out-of-memory kill. The symptom the new vocabulary
-names for it is `run-stopped` (issue 19); it is not listed in `expected.json` until dsdoctor's
-symptom kinds include it (`tests/test_sample_logs.py` rejects unknown kinds).
+healthy (it did not finish), not a hang, not an out-of-memory kill. The symptom is `run-stopped` (issue 19), listed in `expected.json`.
 
 **Why the signal goes to `deepspeed.launcher.launch`, not to the `deepspeed` command.** Tried
 once by hand on this machine (DeepSpeed 0.19.8, not kept as a sample): SIGTERM to the `deepspeed`
