@@ -7,8 +7,9 @@ wording, which is what identifies a failure ("the same NCCL error in 40 jobs").
 
 from __future__ import annotations
 
-import hashlib
 import re
+
+from dsdoctor.datacache import digest
 
 _STEPS: tuple[tuple[re.Pattern[str], str], ...] = (
     # launcher and logger prefixes that carry a rank, a pid or a host
@@ -35,7 +36,7 @@ def signature(text: str) -> str:
 
 def fingerprint(text: str) -> str:
     """12 hex digits naming the line's signature (identical for the same failure elsewhere)."""
-    return hashlib.sha256(signature(text).encode("utf-8")).hexdigest()[:12]
+    return digest(signature(text).encode("utf-8"))[:12].decode("ascii")
 
 
 __all__ = ["fingerprint", "signature"]
