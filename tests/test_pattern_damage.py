@@ -82,6 +82,10 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("enospc", "no-prefix"): (
         "'No space left on device' alone is also /dev/shm's (torch's shm files, joblib's warning: "
         "shm-exhausted, a healthy run's warning); the OSError [Errno 28] makes it a disk write"),
+    ("traceback-frame", "cut-end"): (
+        "a frame cut right after 'File \"' names no file and no line: any quoted path starts so"),
+    ("traceback-frame", "core-only"): (
+        "a frame cut to its prefilter ('File \"') names no file and no line"),
     ("rich-traceback-frame", "cut-end"): (
         "a rich frame cut right after its box and first character ('│ /') names no file: any rich "
         "panel or table row starts that way"),

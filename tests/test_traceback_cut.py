@@ -46,7 +46,8 @@ def test_traceback_cut_before_its_exception_line(tmp_path):
     assert report.verdict.fate == "failed", report.verdict.sentence
     assert "cut before the line that names it" in report.verdict.sentence
     (exc,) = [s for s in report.symptoms if s.kind == "python-exception"]
-    assert set(exc.patterns) == {"traceback-header"} and not exc.values.get("exc_type")
+    assert set(exc.patterns) == {"traceback-header", "traceback-frame"}
+    assert not exc.values.get("exc_type")
 
 
 def test_log_going_on_after_the_traceback_is_not_cut(tmp_path):

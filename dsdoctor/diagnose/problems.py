@@ -10,11 +10,10 @@ the problems; the grouping lives here, before rendering.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dsdoctor.diagnose.verdict import exception_phrase, exit_phrase
+from dsdoctor.diagnose.verdict import TRACEBACK_LINE, exception_phrase, exit_phrase
 from dsdoctor.model import Evidence, Finding, Problem, Symptom, Verdict
 
 #: Causes, each with the symptom kinds it explains and the rule names (findings) that explain it.
@@ -47,7 +46,6 @@ EXIT_RULES = ("rank-exited-nonzero",)
 FATAL = tuple(cause for cause, _kinds, _names in CAUSES
               if cause not in ("config-mismatch", "loss-scale"))
 EVIDENCE_PER_PROBLEM = 3
-_TRACEBACK_HEADER = re.compile(r"Traceback \(most recent call last\)")
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -146,7 +144,7 @@ def _pick_evidence(g: _Group, lead: Finding | None, shown: set[tuple[str, int]]
     # A traceback's first line says only that one exists: shown when it is all a symptom has
     # (a cut traceback), never in place of a line that says what happened.
     pools: list[Iterable[Evidence]] = [
-        [e for e in s.evidence if not _TRACEBACK_HEADER.search(e.text)] for _i, s in ranked]
+        [e for e in s.evidence if not TRACEBACK_LINE.search(e.text)] for _i, s in ranked]
     if not any(pools):
         pools = [s.evidence for _i, s in ranked]
     if lead is not None:

@@ -245,7 +245,11 @@ def _interrupt_only(exc: Symptom | None) -> bool:
 
 
 #: python-exception patterns that only mark a traceback's first line (formats/python-traceback.yaml)
-TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-header", "rich-traceback-frame"})
+TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-header", "traceback-frame", "rich-traceback-frame"})
+
+
+#: What those patterns' lines look like (their evidence carries no pattern id): a header, a frame.
+TRACEBACK_LINE = re.compile(r'Traceback \(most recent call last\)|^\s*File "[^"]+", line \d+|^│ ')
 
 
 def traceback_only(exc: Symptom) -> bool:

@@ -16,7 +16,7 @@ from pathlib import PurePath
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding
-from dsdoctor.diagnose.verdict import FATAL_CAUSES, traceback_only
+from dsdoctor.diagnose.verdict import FATAL_CAUSES, TRACEBACK_LINE, traceback_only
 from dsdoctor.facts.context import Context
 from dsdoctor.logs.aggregate import MAX_FACTS_PER_NAME
 from dsdoctor.model import Evidence, Finding
@@ -37,7 +37,9 @@ def _same_stream(ev: Evidence, file: str, rank: int | None) -> bool:
 def _later_lines(ctx: Context, file: str, rank: int | None, after: int) -> bool:
     """Whether anything dsdoctor recognized was printed after line ``after`` of that stream."""
     for s in ctx.symptoms.values():
-        if any(_same_stream(ev, file, rank) and ev.line > after for ev in (*s.evidence, s.last)):
+        # a frame of the same traceback is no line "after" it (python-exception's frame evidence)
+        if any(_same_stream(ev, file, rank) and ev.line > after and not TRACEBACK_LINE.search(ev.text)
+               for ev in (*s.evidence, s.last)):
             return True
     if any(f.name not in _TRACEBACK_FACTS and _same_stream(f.evidence, file, rank)
            and f.evidence.line > after for f in ctx.facts):
