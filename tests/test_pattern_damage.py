@@ -86,6 +86,8 @@ EXEMPT: dict[tuple[str, str], str] = {
         "a frame cut right after 'File \"' names no file and no line: any quoted path starts so"),
     ("traceback-frame", "core-only"): (
         "a frame cut to its prefilter ('File \"') names no file and no line"),
+    ("rich-traceback-frame", "core-only"): (
+        "a rich frame cut to its box and first word ('│ in ') names no file: any rich panel row"),
     ("rich-traceback-frame", "cut-end"): (
         "a rich frame cut right after its box and first character ('│ /') names no file: any rich "
         "panel or table row starts that way"),
