@@ -241,7 +241,7 @@ class _Recorder:
 Key = tuple[str, int, str]  # (pattern id, sample index, variant)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def scanned(engine: str) -> dict[Key, bool]:
     """Whether each damaged sample was found as its pattern's kind, scanned with ``engine``."""
     rec = _Recorder(engine)

@@ -149,3 +149,18 @@ def test_the_same_failure_on_other_ranks_hosts_and_paths_has_one_fingerprint(a: 
 def test_different_failures_have_different_fingerprints() -> None:
     assert fingerprint("RuntimeError: CUDA error: an illegal memory access was encountered") != (
         fingerprint("RuntimeError: CUDA error: device-side assert triggered"))
+
+
+def test_a_cut_traceback_that_training_went_on_after_is_not_fatal(tmp_path: Path) -> None:
+    """A logged traceback (here rank 0's first frames from sample_logs/checkpoint_disk_full) with
+    progress after it: the run went on; neither failed nor stopped."""
+    frames = [ln for ln in _lines(REPO / "sample_logs" / "checkpoint_disk_full" / "train.log")
+              if ln.startswith("[rank0]: ")][:3]
+    assert frames[0] == "[rank0]: Traceback (most recent call last):"
+    lines = _lines(HEALTHY)
+    rep = run_analysis([str(_write(tmp_path, [*lines[:150], *frames, *lines[150:]]))],
+                       engine="python")
+    assert rep.verdict.fate == "healthy", rep.verdict.sentence
+    cut = _write(tmp_path, [*_cut_healthy(LAST_PROGRESS), *frames], name="cut.log")
+    rep = run_analysis([str(cut)], engine="python")
+    assert rep.verdict.fate == "failed" and "cut before" in rep.verdict.sentence, rep.verdict.sentence

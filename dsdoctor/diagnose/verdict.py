@@ -364,10 +364,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
     if failing_exc is not None and traceback_only(failing_exc) and (
             failing_exc.last.line <= last_progress.get(failing_exc.last.file, 0)):
         failing_exc = None  # a traceback (cut) that training went on after: logged, not fatal
-    stop_line = (stop_sym.first if stop_sym is not None
-                 else exc_sym.first if exc_sym is not None and failing_exc is None
-                 else exit_sym.first if exit_signal in STOP_SIGNALS and failing_exc is None
-                 else None)
+    stop_line: Evidence | None = None
+    if stop_sym is not None:
+        stop_line = stop_sym.first
+    elif exc_sym is not None and _interrupt_only(exc_sym):
+        stop_line = exc_sym.first
+    elif exit_sym is not None and exit_signal in STOP_SIGNALS and failing_exc is None:
+        stop_line = exit_sym.first
     # A stop signal that came before any failure is the cause: the exceptions after it (a peer
     # that closed its connection, a KeyboardInterrupt in every rank) are its consequences.
     # A traceback that no line names (traceback headers only) before the stop is the interrupt's
@@ -378,7 +381,7 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         signals = stop_sym.values.get("signal") if stop_sym is not None else None
         how = (f"received {signals[0]}" if signals
                else "was interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)"
-               if stop_sym is None and exc_sym is not None and failing_exc is None
+               if stop_sym is None and exc_sym is not None and _interrupt_only(exc_sym)
                else f"received {STOP_SIGNALS[exit_signal]}" if exit_signal in STOP_SIGNALS
                else "was stopped by a signal")
         tail = f" {ending}" if ending else ""
@@ -390,8 +393,8 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         sym = killed or exit_sym
         assert sym is not None  # one of the two holds here
         who = _ranks(sym) or "a rank "
-        code = _num(sym.values, "exit_code", "min")
-        exit_text = f" (exit {int(code)})" if code is not None and code < 0 else ""
+        exit_num = _num(sym.values, "exit_code", "min")
+        exit_text = f" (exit {int(exit_num)})" if exit_num is not None and exit_num < 0 else ""
         return verdict("killed", f"{who}was killed by SIGKILL{steps}{exit_text}; nothing in the "
                        "log says why. Usual causes: "
                        + "; ".join(SIGKILL_CAUSES), sym, exit_sym, cause=sym.first)

@@ -55,7 +55,8 @@ does not catch SIGTERM, so the ranks die without a traceback) and
 No `exits with return code` line: no rank had failed before the signal.
 
 A correct analysis calls the run **stopped** (by SIGTERM, after step {_signals.AFTER_STEPS}), exit 1: not
-healthy (it did not finish), not a hang, not an out-of-memory kill. The symptom is `run-stopped` (issue 19), listed in `expected.json`.
+healthy (it did not finish), not a hang, not an out-of-memory kill. The symptom is `run-stopped`
+(issue 19), listed in `expected.json`.
 
 **Why the signal goes to `deepspeed.launcher.launch`, not to the `deepspeed` command.** Tried
 once by hand on this machine (DeepSpeed 0.19.8, not kept as a sample): SIGTERM to the `deepspeed`
