@@ -36,6 +36,7 @@ SEGMENT_WINDOW = 8 << 10  # around a hit inside a huge \r/\n-free segment
 MAX_WINDOW_MATCHES_PER_LINE = 10_000
 TIMELINE_FULL_BYTES = 2 << 20  # up to this size every timeline line is read; above, sampled
 TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte offset)
+TIMELINE_WINDOW_MISSES = 4  # candidates a timeline pattern's regex may refuse in one window
 TIMELINE_WINDOW_BYTES = 4 << 10
 TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
 
@@ -380,14 +381,19 @@ class Scanner:
         joined = b"".join(w for _, w in windows)
         starts = list(itertools.accumulate((len(w) for _, w in windows[:-1]), initial=0))
         taken: set[tuple[int, int]] = set()  # (window, pattern): its first hit only
+        # (window, pattern) -> candidates its regex refused: a pattern whose prefilter hits lines
+        # another format owns (the generic "step ... loss" on DeepSpeed's step lines) would cost
+        # a regex per such line; after a few refusals in a window it is not tried there again
+        refused: dict[tuple[int, int], int] = {}
         for off, idx in self.engine_timeline.candidates(joined, len(joined)):
             k = bisect.bisect_right(starts, off) - 1
-            if (k, idx) in taken:
+            if (k, idx) in taken or refused.get((k, idx), 0) >= TIMELINE_WINDOW_MISSES:
                 continue
             ls, ss, se, _ = _segment_at(joined, off, len(joined))
             seg = normalize(joined[ss:se])
             values = self.timeline_patterns[idx].match(seg.text)
             if values is None:
+                refused[k, idx] = refused.get((k, idx), 0) + 1
                 continue
             taken.add((k, idx))
             out.append((windows[k][0] + ls - starts[k], idx, seg, values))
