@@ -16,6 +16,28 @@ TINY_GPT2 = {
 }
 
 
+def start_rank(with_timeout: bool = False) -> tuple[Any, Any]:
+    """A scenario rank's start: its arguments, DeepSpeed's logger at INFO, seed 0, the gloo process
+    group (``with_timeout``: its collectives time out after ``args.timeout`` seconds), and the
+    tiny GPT-2. Returns (args, model)."""
+    from datetime import timedelta
+
+    import _common as c
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import deepspeed
+
+    args = c.worker_args()
+    c.set_deepspeed_log_level("info")
+    torch.manual_seed(0)
+    if with_timeout:
+        deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=args.timeout))
+    else:
+        deepspeed.init_distributed(dist_backend="gloo")
+    return args, GPT2LMHeadModel(GPT2Config(**TINY_GPT2))
+
+
 def model_config(**overrides: Any) -> dict[str, Any]:
     """The tiny GPT-2's config.json as the scenarios write it (``model_config.json``, for --model)."""
     return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", **TINY_GPT2, **overrides,

@@ -36,15 +36,8 @@ CONFIG = {
 def worker() -> None:
     """One rank: ZeRO-2 training of the tiny GPT-2 until something stops it."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    import deepspeed
-
-    args = c.worker_args()
-    c.set_deepspeed_log_level("info")
-    torch.manual_seed(0)
-    deepspeed.init_distributed(dist_backend="gloo")
-    model = GPT2LMHeadModel(GPT2Config(**_lm.TINY_GPT2))
+    args, model = _lm.start_rank()
     _lm.train_loop(model, args.deepspeed_config, STEPS, pause=PAUSE_S)
     if torch.distributed.get_rank() == 0:
         print("training finished", flush=True)

@@ -36,16 +36,7 @@ CONFIG = {
 
 def worker() -> None:
     """One rank: a few ZeRO-2 steps, then a checkpoint saved onto the small filesystem."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    import deepspeed
-
-    args = c.worker_args()
-    c.set_deepspeed_log_level("info")
-    torch.manual_seed(0)
-    deepspeed.init_distributed(dist_backend="gloo")
-    model = GPT2LMHeadModel(GPT2Config(**_lm.TINY_GPT2))
+    args, model = _lm.start_rank()
     engine = _lm.train_loop(model, args.deepspeed_config, 5)
     engine.save_checkpoint(str(CKPT_DIR))
 

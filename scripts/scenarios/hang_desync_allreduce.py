@@ -36,18 +36,9 @@ CONFIG = {
 
 def worker() -> None:
     """One rank: ZeRO-2 steps; rank 0 alone all-reduces the loss every MEAN_EVERY steps."""
-    from datetime import timedelta
-
-    import torch
     import torch.distributed as dist
-    from transformers import GPT2Config, GPT2LMHeadModel
 
-    import deepspeed
-
-    args = c.worker_args()
-    c.set_deepspeed_log_level("info")
-    torch.manual_seed(0)
-    deepspeed.init_distributed(dist_backend="gloo", timeout=timedelta(seconds=args.timeout))
+    args, model = _lm.start_rank(with_timeout=True)
     rank = dist.get_rank()
 
     def mean_loss(step: int, engine, loss) -> None:
@@ -58,7 +49,6 @@ def worker() -> None:
             print(f"step {step}: mean loss over ranks = {mean.item() / dist.get_world_size():.4f}",
                   flush=True)
 
-    model = GPT2LMHeadModel(GPT2Config(**_lm.TINY_GPT2))
     _lm.train_loop(model, args.deepspeed_config, 4 * MEAN_EVERY, after_step=mean_loss)
     if rank == 0:
         print("training finished", flush=True)
