@@ -33,9 +33,8 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
     ``run`` is the run model of the analysis (``ctx.run``): the verdict takes the steps done and
     skipped from it. Without it (a scan-only report) no step counts are quoted.
     """
-    symptoms = sorted((s for s in scan.symptoms.values()
-                       if not verdict.interrupt_tracebacks(s, scan.facts)),
-                      key=lambda s: (_order(s.kind), s.first.file, s.first.line))
+    symptoms = sorted(scan.symptoms.values(), key=lambda s: (_order(s.kind), s.first.file,
+                                                              s.first.line))
     report = Report(
         files=tuple(scan.files),
         symptoms=tuple(symptoms),

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dsdoctor.diagnose.fingerprint import fingerprint
-from dsdoctor.model import Evidence, Fact, Finding, Symptom, TimelinePoint, Verdict
+from dsdoctor.logs.tracebacks import INTERRUPTS
+from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
 
 #: Signal numbers a launcher reports as negative exit codes, by name.
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
@@ -59,9 +60,6 @@ FATAL_CAUSES: tuple[tuple[str, str], ...] = (
 
 #: Signals that stop a run on purpose (a person, a scheduler's cancel, a launcher passing one on).
 STOP_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 10: "SIGUSR1", 12: "SIGUSR2", 15: "SIGTERM"}
-
-#: Exceptions that say the process was interrupted, not that it failed.
-INTERRUPTS = ("KeyboardInterrupt", "SystemExit")
 
 #: cpu-oom patterns that only say a process got SIGKILL: the OOM killer's usual signature, but also
 #: a scheduler's cancel, a preemption, a health checker or a person. Without a line that says the
@@ -244,8 +242,8 @@ def _interrupt_only(exc: Symptom | None) -> bool:
     return bool(types) and all(str(t).rsplit(".", 1)[-1] in INTERRUPTS for t in types)
 
 
-#: python-exception patterns that only mark a traceback's first line (formats/python-traceback.yaml)
-TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-header", "traceback-frame", "rich-traceback-frame"})
+#: A python-exception derived from tracebacks no line names (logs/tracebacks.py) names these marks
+TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-start", "traceback-frame"})
 
 
 #: What those patterns' lines look like (their evidence carries no pattern id): a header, a frame.
@@ -256,16 +254,6 @@ def traceback_only(exc: Symptom) -> bool:
     """True when a python-exception symptom rests on traceback headers alone: no line of the log
     names the exception (every traceback of it is cut)."""
     return set(exc.patterns) <= TRACEBACK_HEADER_PATTERNS
-
-
-def interrupt_tracebacks(exc: Symptom, facts: Iterable[Fact]) -> bool:
-    """True for a python-exception symptom made of traceback headers alone whose tracebacks all
-    end in an interrupt (Ctrl-C's KeyboardInterrupt, SystemExit): they are the stop's, not an
-    exception that ended a rank (run-stopped tells the stop)."""
-    if exc.kind != "python-exception" or not traceback_only(exc):
-        return False
-    ends = [str(f.values.get("exc_type", "")) for f in facts if f.name == "traceback-end"]
-    return bool(ends) and all(e.rsplit(".", 1)[-1] in INTERRUPTS for e in ends)
 
 
 def _sigkill_only(s: Symptom) -> bool:

@@ -23,6 +23,7 @@ from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.reader import OpenedLog, Segment, normalize, open_log, rank_from_filename
+from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 
 #: A scan's progress: (file name, bytes read so far, its size or None when unknown).
@@ -98,10 +99,11 @@ class Scanner:
         self.notes.extend(log.notes)  # truncated or trailing data, UTF-16 text (reader wrappers)
 
     def result(self) -> ScanResult:
+        facts = self.facts.facts()
         return ScanResult(
-            symptoms=self.symptoms.build(),
+            symptoms=with_raised_exceptions(self.symptoms.build(), facts),
             timeline=self.timeline.points(),
-            facts=self.facts.facts(),
+            facts=facts,
             files=list(self.files),
             notes=list(self.notes),
             engine=self.engine_name,

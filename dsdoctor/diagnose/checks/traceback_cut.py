@@ -24,7 +24,7 @@ from dsdoctor.model import Evidence, Finding
 #: A traceback this many lines before the end of its log is not "cut by the paste": frames and
 #: code lines of even deep tracebacks (DeepSpeed's ZeRO-3 hooks) stay under a few hundred.
 MAX_TRACEBACK_LINES = 400
-_TRACEBACK_FACTS = ("traceback-start", "traceback-end")
+_TRACEBACK_FACTS = ("traceback-start", "traceback-frame", "traceback-end")
 
 
 

@@ -1,0 +1,66 @@
+"""A traceback says an exception was raised, even when no line of the log names the exception.
+
+The paste stops in the frames, a killed rank never printed its last line, a bare ``raise`` printed
+only ``AssertionError``: the python-exception patterns (an exception line with its message) see
+nothing, but the traceback's first line, its frames and its last line (facts of
+formats/python-traceback.yaml) are there. When no python-exception symptom exists, those facts
+become one, counted once per traceback (its header, else its frames), so that a failure is never
+silence (issue 19). Tracebacks that all end in an interrupt (Ctrl-C's KeyboardInterrupt,
+SystemExit) are the stop's, not an exception: run-stopped tells them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from dsdoctor.model import Fact, Symptom
+
+#: The facts that mark a traceback, and the pattern ids a derived symptom names for them.
+TRACEBACK_MARKS = ("traceback-start", "traceback-frame")
+INTERRUPTS = ("KeyboardInterrupt", "SystemExit")
+MAX_EVIDENCE = 8
+
+
+def _type_name(exc_type: object) -> str:
+    return str(exc_type).rsplit(".", 1)[-1]
+
+
+def with_raised_exceptions(symptoms: Mapping[str, Symptom], facts: Sequence[Fact]
+                           ) -> dict[str, Symptom]:
+    """``symptoms``, plus a python-exception derived from the tracebacks when none is there."""
+    out = dict(symptoms)
+    if "python-exception" in out:
+        return out
+    ends = [f for f in facts if f.name == "traceback-end"]
+    types = [str(f.values.get("exc_type")) for f in ends if f.values.get("exc_type")]
+    if types and all(_type_name(t) in INTERRUPTS for t in types):
+        return out
+    starts = [f for f in facts if f.name == "traceback-start"]
+    marks = starts or [f for f in facts if f.name == "traceback-frame"]
+    if not marks and not types:
+        return out
+    named = [t for t in types if _type_name(t) not in INTERRUPTS]
+    evidence = [f.evidence for f in [*marks, *ends]]
+    evidence.sort(key=lambda e: (e.file, e.line))
+    chosen = evidence[:1] + evidence[-1:] if len(evidence) > 1 else evidence
+    for ev in evidence:  # one per rank after the first and the last
+        if len(chosen) >= MAX_EVIDENCE:
+            break
+        if ev not in chosen and ev.rank not in {c.rank for c in chosen}:
+            chosen.append(ev)
+    patterns = {}
+    if marks:
+        patterns[marks[0].name] = len(marks)
+    if named:
+        patterns["traceback-end"] = len(named)
+    out["python-exception"] = Symptom(
+        kind="python-exception", count=max(len(starts), len(named), 1),
+        evidence=tuple(chosen), first=evidence[0], last=evidence[-1],
+        ranks=tuple(sorted({e.rank for e in evidence if e.rank is not None})),
+        files=tuple(dict.fromkeys(e.file for e in evidence)),
+        patterns=patterns,
+        values={"exc_type": list(dict.fromkeys(named))[:10]} if named else {})
+    return out
+
+
+__all__ = ["INTERRUPTS", "TRACEBACK_MARKS", "with_raised_exceptions"]
