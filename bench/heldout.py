@@ -56,7 +56,7 @@ def labelled(folder: Path) -> list[dict[str, str]]:
     return rows
 
 
-def _kinds(text: str | None) -> frozenset[str]:
+def kinds(text: str | None) -> frozenset[str]:
     return frozenset(k.strip() for k in (text or "").split(",") if k.strip())
 
 
@@ -74,11 +74,11 @@ def measure(folder: Path, tree: Path, python: str) -> list[Outcome]:
     out = []
     for row in labelled(folder):
         doc, code = analyze((folder / row["file"]).resolve(), tree, python)
-        kinds = {s["kind"] for s in doc.get("symptoms", [])}
+        found = {s["kind"] for s in doc.get("symptoms", [])}
         fate = (doc.get("verdict") or {}).get("fate", "?")
-        expected, must_not = _kinds(row["expected_classes"]), _kinds(row["must_not_classes"])
+        expected, must_not = kinds(row["expected_classes"]), kinds(row["must_not_classes"])
         out.append(Outcome(row["file"], row["fate"].strip(), fate, code, expected,
-                           expected & kinds, must_not & kinds))
+                           expected & found, must_not & found))
     return out
 
 

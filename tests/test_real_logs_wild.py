@@ -15,7 +15,6 @@ What must hold on every open log, as a user would run dsdoctor on it (no config,
 
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ SEALED = REPO / "tests" / "data" / "real_logs_sealed"
 sys.path.insert(0, str(REPO / "bench"))
 
 import seal  # noqa: E402
+from heldout import kinds, labelled  # noqa: E402
 
 FATES = {"failed", "hung", "killed", "stopped", "not-learning", "recovered", "healthy",
          "ended-mid-run", "unknown"}
@@ -62,30 +62,18 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
 }
 
 
-def _rows(folder: Path) -> list[dict[str, str]]:
-    rows: list[dict[str, str]] = []
-    for labels in sorted(folder.glob("labels-*.tsv")):
-        with labels.open(encoding="utf-8", newline="") as fh:
-            rows += [r for r in csv.DictReader(fh, delimiter="\t") if r.get("file")]
-    return rows
-
-
-def _kinds(text: str | None) -> set[str]:
-    return {k.strip() for k in (text or "").split(",") if k.strip()}
-
-
-WILD_ROWS = _rows(WILD)
+WILD_ROWS = labelled(WILD)
 
 
 def test_the_corpora_are_labelled_and_sealed_by_address() -> None:
     for folder, sealed in ((WILD, False), (SEALED, True)):
-        rows = _rows(folder)
+        rows = labelled(folder)
         assert {p.name for p in folder.glob("*.log")} == {r["file"] for r in rows}, folder
         for r in rows:
             assert r["fate"] in FATES, f"{r['file']}: fate {r['fate']!r}"
             assert r["source"].startswith("https://"), f"{r['file']}: source must be the thread"
             assert seal.is_sealed(r["source"]) is sealed, f"{r['file']} is in the wrong folder"
-    assert len(WILD_ROWS) + len(_rows(SEALED)) >= 150
+    assert len(WILD_ROWS) + len(labelled(SEALED)) >= 150
     # the audit trail: every decision, in order, with the seal it got
     for trail in WILD.glob("candidates-*.txt"):
         for line in trail.read_text(encoding="utf-8").splitlines():
@@ -98,7 +86,7 @@ def test_the_corpora_are_labelled_and_sealed_by_address() -> None:
 def test_wild_log(row: dict[str, str]) -> None:
     rep = run_analysis([str(WILD / row["file"])], engine="python")
     got = {s.kind for s in rep.symptoms}
-    expected, must_not = _kinds(row["expected_classes"]), _kinds(row["must_not_classes"])
+    expected, must_not = kinds(row["expected_classes"]), kinds(row["must_not_classes"])
     assert not (must_not & got), f"false positives {sorted(must_not & got)}"
     if row["fate"] in ERROR_FATES:
         assert rep.verdict.fate != "healthy", rep.verdict.sentence
@@ -114,5 +102,5 @@ def test_wild_log(row: dict[str, str]) -> None:
 
 
 def test_known_misses_name_labelled_logs() -> None:
-    labelled = {(r["file"], k) for r in WILD_ROWS for k in _kinds(r["expected_classes"])}
+    labelled = {(r["file"], k) for r in WILD_ROWS for k in kinds(r["expected_classes"])}
     assert set(KNOWN_MISSES) <= labelled
