@@ -367,9 +367,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
             failing_exc is None or traceback_only(failing_exc)
             or not _before(failing_exc.first, stop_line)):
         signals = stop_sym.values.get("signal") if stop_sym is not None else None
-        how = (f"received {signals[0]}" if signals
-               else "was interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)"
-               if stop_sym is None and exc_sym is not None and _interrupt_only(exc_sym)
+        interrupted = (signals and str(signals[0]) in INTERRUPTS) or (
+            stop_sym is None and exc_sym is not None and _interrupt_only(exc_sym))
+        named = str(signals[0]) if signals else ""
+        if named.isdigit():  # torchrun's "Received 15 death signal"
+            named = SIGNALS.get(int(named), f"signal {named}")
+        how = ("was interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)" if interrupted
+               else f"received {named}" if named
                else f"received {STOP_SIGNALS[exit_signal]}" if exit_signal in STOP_SIGNALS
                else "was stopped by a signal")
         tail = f" {ending}" if ending else ""
