@@ -125,14 +125,16 @@ def test_one_qlora_answer_for_ds317_and_ds210(tmp_path: Path) -> None:
     assert {"DS317", "DS210"} <= rules
 
 
-def test_collapse_never_proposes_the_scale_power_already_set(tmp_path: Path) -> None:
-    cfg = {"fp16": {"enabled": True, "initial_scale_power": 32}, "zero_optimization": {"stage": 2}}
-    f = _one(_run(tmp_path, log=COLLAPSE + "\n", config=cfg), "DS102")
-    assert "to 32" not in f.fix and "initial_scale_power is already 32" in f.fix
-    cfg["fp16"]["initial_scale_power"] = 12
-    (tmp_path / "b").mkdir()
-    f = _one(_run(tmp_path / "b", log=COLLAPSE + "\n", config=cfg), "DS102")
-    assert "from 12 to 32" in f.fix
+def test_collapse_at_the_minimum_never_proposes_a_higher_start(tmp_path: Path) -> None:
+    """Issue 20: at the minimum (scale 1) the gradients overflow unscaled; raising
+    initial_scale_power only delays the same collapse (loss_scaler.py:265-279 at v0.19.5)."""
+    for power in (12, 16, 32):
+        cfg = {"fp16": {"enabled": True, "initial_scale_power": power}, "zero_optimization": {"stage": 2}}
+        (tmp_path / str(power)).mkdir()
+        f = _one(_run(tmp_path / str(power), log=COLLAPSE + "\n", config=cfg), "DS102")
+        assert "to 32" not in f.fix and "would not help" in f.fix, f.fix
+        assert f.fix.startswith("lower the learning rate and set gradient_clipping (1.0)")
+        assert f.config_path == "gradient_clipping"
 
 
 def test_nan_under_bf16_is_not_a_precision_problem(tmp_path: Path) -> None:

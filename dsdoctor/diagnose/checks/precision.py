@@ -111,6 +111,9 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
     bf16 = bf16_model(ctx)
     fixes = []
     path = None
+    if col is not None:
+        yield _collapse_at_minimum(ctx, parts, why, bf16, power, ev)
+        return
     if bf16:
         fixes.append(f"train in bf16 instead of fp16 ({bf16}): "
                      '"bf16": {"enabled": true}, "fp16": {"enabled": false} (Ampere or newer), '
@@ -134,6 +137,33 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
         fixes.append("or switch to bf16 (Ampere or newer GPUs) / fp32")
     yield finding("; ".join(parts) + f". {why}.",
                   fix="; ".join(fixes) + ".", path=path, evidence=tuple(ev[:8]))
+
+
+def _collapse_at_minimum(ctx: Context, parts: list[str], why: str, bf16: str | None,
+                         power: int | None, ev: list[Evidence]) -> Finding:
+    """DS102 when the scale reached its minimum: a higher start is no fix (issue 20).
+
+    DeepSpeed's dynamic scaler halves the scale on every overflow down to ``min_loss_scale`` and
+    raises "Current loss scale already at minimum" there (deepspeed/runtime/fp16/loss_scaler.py,
+    DynamicLossScaler.update_scale, lines 265-279 at v0.19.5; ZeRO-1/2 and ZeRO-3 build the same
+    scaler with CreateLossScaler: stage_1_and_2.py:645, stage3.py:511). At the minimum (1 by
+    default) the gradients overflow fp16 even unscaled, so starting from 2^32 only adds halvings
+    before the same collapse (issue 20 reports the README sample's run collapsing again with 32).
+    1.0 is the Trainer's default max_grad_norm (TrainingArguments, Transformers 5.23.0)."""
+    clip = ctx.ds.get("gradient_clipping") if ctx.ds is not None else None
+    fixes = []
+    if bf16:
+        fixes.append(f"train in bf16 instead of fp16 ({bf16}): "
+                     '"bf16": {"enabled": true}, "fp16": {"enabled": false} (Ampere or newer), '
+                     "or fp32")
+    fixes.append("lower the learning rate" + ("" if clip else " and set gradient_clipping (1.0)"))
+    if not bf16:
+        fixes.append("or train in bf16 (Ampere or newer) / fp32")
+    start = f" ({power})" if power is not None else ""
+    fixes.append(f"not a higher initial_scale_power{start}: it would not help, it only delays "
+                 "the collapse")
+    return finding("; ".join(parts) + f". {why}.", fix="; ".join(fixes) + ".",
+                   path=None if clip else "gradient_clipping", evidence=tuple(ev[:8]))
 
 
 # ------------------------------------------------------------------------------- DS103 nan-loss
