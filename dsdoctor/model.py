@@ -199,6 +199,8 @@ class Verdict:
     steps_skipped: int | None = None
     # the stable id of the line that decided the fate, when one line did (diagnose/fingerprint.py)
     fingerprint: str | None = None
+    # "error-line" when the generic layer's lines decided it (a failure no pattern knows)
+    decided_by: str | None = None
 
     @property
     def is_error(self) -> bool:
@@ -210,6 +212,8 @@ class Verdict:
                "steps_done": self.steps_done, "steps_skipped": self.steps_skipped}
         if self.fingerprint is not None:
             out["fingerprint"] = self.fingerprint
+        if self.decided_by is not None:
+            out["decided_by"] = self.decided_by
         return out
 
 

@@ -164,3 +164,15 @@ def test_a_cut_traceback_that_training_went_on_after_is_not_fatal(tmp_path: Path
     cut = _write(tmp_path, [*_cut_healthy(LAST_PROGRESS), *frames], name="cut.log")
     rep = run_analysis([str(cut)], engine="python")
     assert rep.verdict.fate == "failed" and "cut before" in rep.verdict.sentence, rep.verdict.sentence
+
+
+def test_an_unrecognized_failure_is_a_problem_even_beside_other_symptoms(tmp_path: Path) -> None:
+    """The verdict rests on an error-like line: the problems say it too, even when the log also
+    shows a symptom that did not end the run (here the fp16 warm-up sample's recovered
+    overflows)."""
+    warmup = _lines(REPO / "sample_logs" / "fp16_overflow_warmup" / "train.log")
+    progress = [i for i, ln in enumerate(warmup) if ln.startswith("step ")]
+    log = _write(tmp_path, [*warmup[:progress[-1] + 1], "Segmentation fault (core dumped)"])
+    rep = run_analysis([str(log)], engine="python")
+    assert rep.verdict.fate == "failed" and "not recognized" in rep.verdict.sentence
+    assert rep.problems[0].cause == "error-line", [p.cause for p in rep.problems]

@@ -250,8 +250,9 @@ def _fold_requoted(groups: dict[str, _Group]) -> None:
 def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
           verdict: Verdict | None = None) -> tuple[Problem, ...]:
     """Problems, the one that decided the verdict first, then by severity; each finding once."""
-    if any(s.kind != "error-line" for s in symptoms):
-        # the generic layer's lines are told only when nothing more specific explains the run
+    if verdict is None or verdict.decided_by != "error-line":
+        # the generic layer's lines are told only when nothing more specific explains the run,
+        # or when the verdict rests on one of them (a failure no pattern knows)
         symptoms = [s for s in symptoms if s.kind != "error-line"]
     present = {s.kind for s in symptoms}
     groups: dict[str, _Group] = {}
@@ -280,6 +281,8 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
         del groups["exit"]
     _fold_requoted(groups)
     first = killer or next((c for c in ("exit", "loss-scale") if c in groups), None)
+    if verdict is not None and verdict.decided_by == "error-line" and "error-line" in groups:
+        first = "error-line"  # what ended the run is the line no pattern knows
     ordered = sorted(groups.values(), key=lambda g: (
         g.cause != first,
         min((_SEVERITY.get(f.severity, 9) for f in g.findings), default=0 if g.symptoms else 9)))

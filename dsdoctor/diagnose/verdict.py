@@ -17,11 +17,11 @@ Order of precedence (the first that holds decides):
    rank or a launcher's non-zero exit.
 4. ``not-learning``: the run goes on but does not train: the fp16 loss scale collapsed, NaN/inf
    loss, loss stuck at 0.0, or most optimizer steps skipped (``step=2000, skipped=1995``).
-5. ``recovered``: fp16 overflows while the scaler searched, then steps went on.
-6. ``failed`` with the cause not recognized: an error-like line that no pattern knows (an
+5. ``failed`` with the cause not recognized: an error-like line that no pattern knows (an
    exception behind a prefix, a fatal signal, a launcher tearing the ranks down, a non-zero
    exit) after the last progress line; suggestive lines only (an ERROR record, a WARN that
-   something failed) make it ``unknown``.
+   something failed) make it ``unknown``. (``Verdict.decided_by`` is then "error-line".)
+6. ``recovered``: fp16 overflows while the scaler searched, then steps went on.
 7. ``healthy`` only with positive evidence: progress and no error-like line after it, or the
    launcher/trainer saying the run finished; ``ended-mid-run``: a whole log (the launcher's start
    is in it) that stops after progress with no exit line; ``unknown``: nothing to judge by.
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsdoctor.diagnose.fingerprint import fingerprint
 from dsdoctor.logs.tracebacks import INTERRUPTS
@@ -437,6 +437,23 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         where = steps if not progress.mostly_skipped else ""
         return verdict("not-learning", "; ".join(reasons) + where, *ev)
 
+    error = get("error-line")
+    late = error is not None and error.last.line > last_progress.get(error.last.file, 0)
+    if error is not None and late:
+        decisive = bool(set(error.patterns) - SUGGESTIVE_ERROR_PATTERNS)
+        where = f"{error.last.location}" + (f", rank {error.last.rank}"
+                                           if error.last.rank is not None else "")
+        after = " after the last progress line" if last_progress else ""
+        if decisive and not (life.finished is not None and _before(error.last, life.finished)):
+            return replace(verdict(
+                "failed", f"the cause is not recognized; the last error-like line{after} "
+                f"({where}): {_quote(error.last.text)}{steps}", error, cause=error.last),
+                decided_by="error-line")
+        if life.finished is None:
+            return replace(verdict(
+                "unknown", f"{error.count} error-like line(s){after}, none that says the run "
+                f"failed; the last ({where}): {_quote(error.last.text)}{steps}", error,
+                cause=error.last), decided_by="error-line")
     overflow = get("fp16-overflow")
     if overflow is not None:
         scale = _scale_phrase(overflow)
@@ -454,21 +471,6 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         return verdict("unknown", f"the log shows {', '.join(unjudged)}, which the verdict does "
                        "not judge yet", *(symptoms[k] for k in unjudged))
 
-    error = get("error-line")
-    late = error is not None and error.last.line > last_progress.get(error.last.file, 0)
-    if error is not None and late:
-        decisive = bool(set(error.patterns) - SUGGESTIVE_ERROR_PATTERNS)
-        where = f"{error.last.location}" + (f", rank {error.last.rank}"
-                                           if error.last.rank is not None else "")
-        after = " after the last progress line" if last_progress else ""
-        if decisive and not (life.finished is not None and _before(error.last, life.finished)):
-            return verdict("failed", f"the cause is not recognized; the last error-like line"
-                           f"{after} ({where}): {_quote(error.last.text)}{steps}", error,
-                           cause=error.last)
-        if life.finished is None:
-            return verdict("unknown", f"{error.count} error-like line(s){after}, none that says "
-                           f"the run failed; the last ({where}): {_quote(error.last.text)}{steps}",
-                           error, cause=error.last)
     cut = next((f for f in findings if f.name == "traceback-cut"), None)
     if cut is not None:  # a traceback without its end: an exception was raised, which is unknown
         where = f" (line {cut.evidence[0].line})" if cut.evidence else ""
