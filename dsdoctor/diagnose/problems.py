@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dsdoctor.diagnose.verdict import TRACEBACK_LINE, exception_phrase, exit_phrase
+from dsdoctor.diagnose.verdict import exception_phrase, exit_phrase
+from dsdoctor.logs.tracebacks import TRACEBACK_LINE
 from dsdoctor.model import Evidence, Finding, Problem, Symptom, Verdict
 
 #: Causes, each with the symptom kinds it explains and the rule names (findings) that explain it.

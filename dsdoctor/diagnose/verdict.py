@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dsdoctor.diagnose.fingerprint import fingerprint
-from dsdoctor.logs.tracebacks import INTERRUPTS
+from dsdoctor.logs.tracebacks import is_interrupt, traceback_only
 from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
 
 #: Signal numbers a launcher reports as negative exit codes, by name.
@@ -130,14 +130,12 @@ def exit_phrase(s: Symptom) -> str:
     code = _num(s.values, "exit_code", "min")
     if code is not None and code > 0:
         code = _num(s.values, "exit_code", "first")
-    sig = _num(s.values, "signal_num", "first")
-    if sig is None and code is not None and code < 0:
-        sig = -code
+    sig = _signal_of(s)
     parts = []
     if code is not None:
         parts.append(f"exit {int(code)}")
     if sig is not None:
-        parts.append(SIGNALS.get(int(sig), f"signal {int(sig)}"))
+        parts.append(SIGNALS.get(sig, f"signal {sig}"))
     return ", ".join(parts)
 
 
@@ -239,24 +237,10 @@ def _signal_of(s: Symptom | None) -> int | None:
 def _interrupt_only(exc: Symptom | None) -> bool:
     """True when every exception the log shows is an interrupt (Ctrl-C, sys.exit)."""
     types = (exc.values.get("exc_type") or []) if exc is not None else []
-    return bool(types) and all(str(t).rsplit(".", 1)[-1] in INTERRUPTS for t in types)
+    return bool(types) and all(is_interrupt(t) for t in types)
 
 
-#: A python-exception derived from tracebacks no line names (logs/tracebacks.py) names these marks
-TRACEBACK_HEADER_PATTERNS = frozenset({"traceback-start", "traceback-frame"})
-
-
-#: What those patterns' lines look like (their evidence carries no pattern id): a header, a frame.
-TRACEBACK_LINE = re.compile(r'Traceback \(most recent call last\)|^\s*File "[^"]+", line \d+|^│ ')
-
-
-def traceback_only(exc: Symptom) -> bool:
-    """True when a python-exception symptom rests on traceback headers alone: no line of the log
-    names the exception (every traceback of it is cut)."""
-    return set(exc.patterns) <= TRACEBACK_HEADER_PATTERNS
-
-
-def _sigkill_only(s: Symptom) -> bool:
+def sigkill_only(s: Symptom) -> bool:
     """True when a cpu-oom symptom rests on SIGKILL lines alone (no word of memory)."""
     return bool(s.patterns) and set(s.patterns) <= SIGKILL_ONLY_PATTERNS
 
@@ -327,7 +311,7 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         s = get(kind)
         if s is None:
             continue
-        if kind == "cpu-oom" and _sigkill_only(s):
+        if kind == "cpu-oom" and sigkill_only(s):
             if RAM_SHORT_FINDING not in names:
                 killed = s  # SIGKILL, and no line says why: judged below, after real causes
                 continue
@@ -367,7 +351,7 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
             failing_exc is None or traceback_only(failing_exc)
             or not _before(failing_exc.first, stop_line)):
         signals = stop_sym.values.get("signal") if stop_sym is not None else None
-        interrupted = (signals and str(signals[0]) in INTERRUPTS) or (
+        interrupted = (signals and is_interrupt(signals[0])) or (
             stop_sym is None and exc_sym is not None and _interrupt_only(exc_sym))
         named = str(signals[0]) if signals else ""
         if named.isdigit():  # torchrun's "Received 15 death signal"
@@ -530,4 +514,4 @@ def _fmt(v: float) -> str:
 
 
 __all__ = ["FATAL_CAUSES", "SIGNALS", "Lifecycle", "Progress", "decide", "exception_phrase",
-           "exit_phrase"]
+           "exit_phrase", "sigkill_only"]

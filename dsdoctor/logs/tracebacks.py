@@ -11,18 +11,28 @@ SystemExit) are the stop's, not an exception: run-stopped tells them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from dsdoctor.model import Fact, Symptom
 
 #: The facts that mark a traceback, and the pattern ids a derived symptom names for them.
-TRACEBACK_MARKS = ("traceback-start", "traceback-frame")
+TRACEBACK_MARKS = frozenset({"traceback-start", "traceback-frame"})
 INTERRUPTS = ("KeyboardInterrupt", "SystemExit")
 MAX_EVIDENCE = 8
+#: What those marks' lines look like (evidence carries no pattern id): a header, a frame.
+TRACEBACK_LINE = re.compile(r'Traceback \(most recent call last\)|^\s*File "[^"]+", line \d+|^│ ')
 
 
-def _type_name(exc_type: object) -> str:
-    return str(exc_type).rsplit(".", 1)[-1]
+def is_interrupt(exc_type: object) -> bool:
+    """Whether an exception type (``KeyboardInterrupt``, ``builtins.SystemExit``) is an interrupt."""
+    return str(exc_type).rsplit(".", 1)[-1] in INTERRUPTS
+
+
+def traceback_only(exc: Symptom) -> bool:
+    """True when a python-exception symptom rests on traceback marks alone: no line of the log
+    names the exception (every traceback of it is cut)."""
+    return set(exc.patterns) <= TRACEBACK_MARKS
 
 
 def with_raised_exceptions(symptoms: Mapping[str, Symptom], facts: Sequence[Fact]
@@ -33,13 +43,13 @@ def with_raised_exceptions(symptoms: Mapping[str, Symptom], facts: Sequence[Fact
         return out
     ends = [f for f in facts if f.name == "traceback-end"]
     types = [str(f.values.get("exc_type")) for f in ends if f.values.get("exc_type")]
-    if types and all(_type_name(t) in INTERRUPTS for t in types):
+    if types and all(is_interrupt(t) for t in types):
         return out
     starts = [f for f in facts if f.name == "traceback-start"]
     marks = starts or [f for f in facts if f.name == "traceback-frame"]
     if not marks and not types:
         return out
-    named = [t for t in types if _type_name(t) not in INTERRUPTS]
+    named = [t for t in types if not is_interrupt(t)]
     evidence = [f.evidence for f in [*marks, *ends]]
     evidence.sort(key=lambda e: (e.file, e.line))
     chosen = evidence[:1] + evidence[-1:] if len(evidence) > 1 else evidence
@@ -63,4 +73,5 @@ def with_raised_exceptions(symptoms: Mapping[str, Symptom], facts: Sequence[Fact
     return out
 
 
-__all__ = ["INTERRUPTS", "TRACEBACK_MARKS", "with_raised_exceptions"]
+__all__ = ["INTERRUPTS", "TRACEBACK_LINE", "TRACEBACK_MARKS", "is_interrupt", "traceback_only",
+           "with_raised_exceptions"]

@@ -16,6 +16,17 @@ TINY_GPT2 = {
 }
 
 
+#: ZeRO-2 with AdamW at a sane rate, DeepSpeed's own step lines off: the runs that go well until
+#: something outside the training code ends them (a desync, a signal, a kill).
+ZERO2_CONFIG = {
+    "train_micro_batch_size_per_gpu": 8,
+    "gradient_accumulation_steps": 1,
+    "steps_per_print": 100,
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
+    "zero_optimization": {"stage": 2},
+}
+
+
 def start_rank(with_timeout: bool = False) -> tuple[Any, Any]:
     """A scenario rank's start: its arguments, DeepSpeed's logger at INFO, seed 0, the gloo process
     group (``with_timeout``: its collectives time out after ``args.timeout`` seconds), and the

@@ -24,13 +24,15 @@ PAUSE_S = 0.5  # per step, after the print
 AFTER_STEPS = 5  # the driver acts once the log shows this many progress lines
 PROGRESS = r"^step \d+/\d+: loss = "
 
-CONFIG = {
-    "train_micro_batch_size_per_gpu": 8,
-    "gradient_accumulation_steps": 1,
-    "steps_per_print": 100,
-    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
-    "zero_optimization": {"stage": 2},
-}
+CONFIG = _lm.ZERO2_CONFIG
+
+
+def write_stopped_expected(out: Path) -> None:
+    """expected.json of a run a signal stopped: run-stopped, exit 1, no failure of its own."""
+    c.write_expected(out, symptoms=["run-stopped"], rules=[],
+                     must_not=["hang", "gpu-oom", "cpu-oom", "fp16-overflow", "nan-loss",
+                               "loss-scale-collapse"],
+                     must_not_rules=["DS105", "DS106", "DS107"], fate="stopped")
 
 
 def worker() -> None:

@@ -25,13 +25,7 @@ SCRIPT = Path(__file__).resolve()
 TIMEOUT_S = 20  # process-group timeout: short so that the hang turns into an error quickly
 MEAN_EVERY = 5  # the step whose (rank-0-only) mean-loss all-reduce desynchronizes the ranks
 
-CONFIG = {
-    "train_micro_batch_size_per_gpu": 8,
-    "gradient_accumulation_steps": 1,
-    "steps_per_print": 100,
-    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
-    "zero_optimization": {"stage": 2},
-}
+CONFIG = _lm.ZERO2_CONFIG
 
 
 def worker() -> None:

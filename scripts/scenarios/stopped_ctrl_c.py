@@ -39,10 +39,7 @@ def generate(out: Path) -> c.Outcome:
     run, fired = _signals.run(out, SCRIPT, ctrl_c)
     log = c.read_log(out, "train.log")
     c.require("KeyboardInterrupt" in log, "no KeyboardInterrupt in the log")
-    c.write_expected(out, symptoms=["run-stopped"], rules=[],
-                     must_not=["hang", "gpu-oom", "cpu-oom", "fp16-overflow", "nan-loss",
-                               "loss-scale-collapse"],
-                     must_not_rules=["DS105", "DS106", "DS107"], fate="stopped")
+    _signals.write_stopped_expected(out)
     outcome = c.Outcome([run])
     c.write_readme(out, NAME, "training stopped with Ctrl-C (SIGINT to the process group)", f"""
 Run on {fired.get('at', '?')} (when the driver sent the signal).

@@ -69,7 +69,7 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     lf = log_facts(ctx)
     quoted = f"line {s.first.line}: {s.first.text[:100]!r}{'...' if len(s.first.text) > 100 else ''}"
     # A bare SIGKILL is the OOM killer's signature, not its proof (issue 19): say so, and how to tell.
-    sigkill_only = set(s.patterns) <= verdict.SIGKILL_ONLY_PATTERNS and bool(s.patterns)
+    sigkill_only = verdict.sigkill_only(s)
     title = "A rank was killed by SIGKILL (host RAM is the usual reason)" if sigkill_only else ""
     bits = [f"A rank was killed by SIGKILL ({quoted}) and nothing in the log says why: the kernel's "
             "OOM killer does that when host RAM runs out, and so do a scheduler's cancel or "

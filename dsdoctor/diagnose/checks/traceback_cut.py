@@ -16,17 +16,16 @@ from pathlib import PurePath
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding
-from dsdoctor.diagnose.verdict import FATAL_CAUSES, TRACEBACK_LINE, traceback_only
+from dsdoctor.diagnose.verdict import FATAL_CAUSES
 from dsdoctor.facts.context import Context
 from dsdoctor.logs.aggregate import MAX_FACTS_PER_NAME
+from dsdoctor.logs.tracebacks import TRACEBACK_LINE, traceback_only
 from dsdoctor.model import Evidence, Finding
 
 #: A traceback this many lines before the end of its log is not "cut by the paste": frames and
 #: code lines of even deep tracebacks (DeepSpeed's ZeRO-3 hooks) stay under a few hundred.
 MAX_TRACEBACK_LINES = 400
 _TRACEBACK_FACTS = ("traceback-start", "traceback-frame", "traceback-end")
-
-
 
 def _same_stream(ev: Evidence, file: str, rank: int | None) -> bool:
     """Whether ``ev`` was printed where the traceback was: same file, same rank (or either
