@@ -42,6 +42,12 @@ def rule_markdown(rule: Any) -> str:
               "## Fix", "", rule.fix, ""]
     if rule.references:
         lines += ["## References", ""] + [f"- <{r}>" for r in rule.references] + [""]
+    if rule.verified:
+        lines += ["## Verified", "", "Each claim of the explanation and fix, where it can be checked:", ""]
+        for v in rule.verified:
+            quote = f" (`{v.quote}`)" if v.quote else ""
+            lines.append(f"- {v.claim} — `{v.source}`{quote}; holds for {v.holds}")
+        lines.append("")
     lines += ["## Examples", ""]
     for kind, label in (("fire", "Reported"), ("silent", "Not reported")):
         for i, ex in enumerate(rule.examples[kind]):

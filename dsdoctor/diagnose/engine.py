@@ -52,9 +52,42 @@ _MISSING = object()
 
 HookFn = Callable[[Context, "Rule"], Iterable[Any]]
 
+#: A traced claim's source: upstream code at a release tag, a thread (a maintainer's statement),
+#: or a test of this repository that shows the behaviour for real.
+_CODE_SOURCE = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<tag>[\w.+-]+):(?P<path>[^:\s]+)"
+                          r":(?P<first>\d+)(?:-(?P<last>\d+))?$")
+_TEST_SOURCE = re.compile(r"^(?P<path>tests/[\w/]+\.py)::(?P<name>\w+)$")
+_THREAD_SOURCE = re.compile(r"^https://\S+$")
+#: ``holds``: the releases a claim holds for, e.g. ``deepspeed >=0.10.1`` or
+#: ``transformers >=4.40,<5``; a package name, then comma-separated version bounds.
+_HOLDS = re.compile(r"^(?P<package>[a-z][a-z0-9_.-]*)(?: (?P<spec>(?:[<>=!]=?|~=)[\w.]+"
+                    r"(?:,(?:[<>=!]=?|~=)[\w.]+)*))?$")
+
 
 class RuleError(ValueError):
     """A rule file breaks an invariant (a bug in dsdoctor's rules, found at load time)."""
+
+
+@dataclass(frozen=True)
+class Verified:
+    """One factual claim of a rule, traced to where it can be checked.
+
+    ``source`` is one of: ``owner/repo@TAG:path:LINE[-LINE]`` (upstream code at a release tag;
+    ``quote`` must then be a substring of those lines, so the citation can be re-checked against
+    the tag), a thread URL (a maintainer's statement), or ``tests/<file>.py::<test>`` (a test of
+    this repository that shows the behaviour for real). ``holds`` names the releases it holds for.
+    """
+
+    claim: str
+    source: str
+    holds: str
+    quote: str = ""
+
+    @property
+    def kind(self) -> str:
+        if _CODE_SOURCE.match(self.source):
+            return "code"
+        return "test" if _TEST_SOURCE.match(self.source) else "thread"
 
 
 @dataclass(frozen=True)
@@ -75,6 +108,7 @@ class Rule:
     applies: str = ""  # which releases/tools the rule applies to, in words
     category: str = ""
     file: str = ""
+    verified: tuple[Verified, ...] = ()
 
     @property
     def symptoms(self) -> tuple[str, ...]:
@@ -89,6 +123,7 @@ class Rule:
         d = dataclasses.asdict(self)
         d["references"] = list(self.references)
         d["examples"] = {k: list(v) for k, v in self.examples.items()}
+        d["verified"] = [dataclasses.asdict(v) for v in self.verified]
         return d
 
 
@@ -196,7 +231,34 @@ def _rule_from_yaml(data: Any, filename: str) -> Rule:
                 summary=str(data["summary"]).strip(), explanation=str(data["explanation"]).strip(),
                 fix=str(data["fix"]).strip(), references=tuple(refs), when=when, hook=hook,
                 examples=examples, applies=str(data.get("applies", "")).strip(),
-                category=str(data.get("category", "")).strip(), file=filename)
+                category=str(data.get("category", "")).strip(), file=filename,
+                verified=_verified_from_yaml(data.get("verified"), filename))
+
+
+def _verified_from_yaml(items: Any, filename: str) -> tuple[Verified, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise RuleError(f"{filename}: verified must be a list of {{claim, source, holds, quote}}")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{filename}: verified[{i}]"
+        if not isinstance(item, dict) or set(item) - {"claim", "source", "holds", "quote"}:
+            raise RuleError(f"{where} takes claim, source, holds and (for code) quote")
+        if not all(isinstance(item.get(k), str) and item[k].strip() for k in ("claim", "source", "holds")):
+            raise RuleError(f"{where} needs claim, source and holds as text")
+        v = Verified(claim=item["claim"].strip(), source=item["source"].strip(),
+                     holds=item["holds"].strip(), quote=str(item.get("quote") or "").strip())
+        if not (_CODE_SOURCE.match(v.source) or _TEST_SOURCE.match(v.source)
+                or _THREAD_SOURCE.match(v.source)):
+            raise RuleError(f"{where}: source {v.source!r} is not owner/repo@TAG:path:LINE[-LINE], "
+                            "tests/<file>.py::<test>, or a thread URL")
+        if v.kind == "code" and not v.quote:
+            raise RuleError(f"{where}: a code source needs a quote from the cited lines")
+        if not _HOLDS.match(v.holds):
+            raise RuleError(f"{where}: holds {v.holds!r} is not '<package> [>=X,<Y]'")
+        out.append(v)
+    return tuple(out)
 
 
 @lru_cache(maxsize=4)
@@ -214,6 +276,10 @@ def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
     return _rules_from_texts(entries)
 
 
+#: The shape of a cached rule: changed whenever a Rule field is added, so an older cache is rebuilt.
+_RULE_CACHE_SCHEMA = "rule-2:verified"
+
+
 def _shipped_rules() -> tuple[Rule, ...]:
     """The shipped rules, validated once and kept in dsdoctor's private data cache
     (datacache.py), keyed by the rule files and the DeepSpeed key tables they are checked
@@ -229,8 +295,9 @@ def _shipped_rules() -> tuple[Rule, ...]:
         return [dataclasses.asdict(r) for r in _rules_from_texts(texts)]
 
     rules = [Rule(**{**d, "references": tuple(d["references"]),
-                     "examples": {k: tuple(v) for k, v in d["examples"].items()}})
-             for d in cached_files("rules", files, build)]
+                     "examples": {k: tuple(v) for k, v in d["examples"].items()},
+                     "verified": tuple(Verified(**v) for v in d["verified"])})
+             for d in cached_files("rules", files, build, schema=_RULE_CACHE_SCHEMA)]
     for rule in rules:  # the check registry is code, not in the cache key: look again
         if rule.hook is not None and rule.hook not in _checks():
             raise RuleError(f"{rule.file}: hook {rule.hook} is not a registered check "
