@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import regex
+from regex_steps import Counter, OverBudget
 
 from dsdoctor.logs.formats import (
     FormatError,
@@ -204,52 +205,54 @@ def test_engines_select_every_sample_line(engine):
         assert index[p.id] in hits, f"{engine}: {p.id} sample {i} not selected"
 
 
-def _near_misses(pattern) -> list[str]:
-    """Long segments built from the pattern's own samples, cut short and padded (worst cases)."""
+def _near_misses(pattern, size: int) -> list[str]:
+    """Segments of about ``size`` characters built from the pattern's own samples, cut short and
+    repeated or padded: the inputs on which a backtracking pattern does its worst."""
     texts = []
     for s in pattern.samples:
         line = s["line"].split("\n")[0]
         for cut in (1, 3, max(len(line) // 2, 1)):
             piece = line[:-cut] if cut < len(line) else line
-            texts.append((piece + " ") * (16_000 // (len(piece) + 1) + 1))
-            texts.append(piece + " " * 16_000 + "x")
-            texts.append(piece.replace(" ", " " * 100))
-    texts += ["Error: " + " " * 16_000 + "x", "|" * 16_000, "{'loss': 1.0, " * 1_200,
-              ": line 1:" + " " * 16_000 + "x Killed"]
-    return [normalize(t.encode("utf-8")).text for t in texts]  # capped like a real segment
+            texts.append(((piece + " ") * (size // (len(piece) + 1) + 1))[:size])
+            texts.append(piece + " " * size + "x")
+            texts.append(piece.replace(" ", " " * (size // 160 + 1)))
+    texts += ["Error: " + " " * size + "x", "|" * size, ("{'loss': 1.0, " * size)[:size],
+              ": line 1:" + " " * size + "x Killed", "7" * size, "ab-cd.ef" * (size // 8)]
+    return texts
 
 
-def _cost(pattern, texts) -> float:
-    """Best of three timings of matching every text (best-of damps a loaded machine)."""
-    import time  # noqa: PLC0415
-
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for text in texts:
-            pattern.match(text)
-        best = min(best, time.perf_counter() - t0)
-    return best
+#: Steps on 4x the text may grow at most this much: linear work grows 4x, quadratic 16x.
+_GROWTH_LIMIT = 8
 
 
 @pytest.mark.parametrize("pattern", ALL_PATTERNS, ids=lambda p: p.id)
-def test_no_catastrophic_backtracking_on_long_segments(pattern):
-    """Segments are capped at 16k chars; no pattern may go quadratic on near-misses of that size.
+def test_work_grows_linearly_on_near_misses(pattern):
+    """No pattern may backtrack superlinearly on near-misses of its own samples (issue 24).
 
-    Not a timed assertion: the cost on 16k-char near-misses is compared with the cost on the same
-    near-misses cut to 4k chars, in the same run. Linear matching costs about 4x as much on 4x the
-    text; quadratic backtracking costs about 16x. Mildly superlinear patterns that stay cheap
-    (a few tens of ms for all the 16k-char near-misses together; the catastrophic ones took
-    seconds) are let through: the floor is generous so that a loaded CI machine cannot trip it.
+    Work is counted, not timed: tests/regex_steps.py replays the parsed pattern as a backtracking
+    engine does and counts its steps, so a loaded machine cannot change the result. The work on
+    1,024-character near-misses must stay within 8x the work on the same near-misses at 256
+    (linear is 4x, quadratic 16x); the count stops as soon as it passes that.
     """
-    long = _near_misses(pattern)
-    short = [t[: len(t) // 4] for t in long]
-    t_long = _cost(pattern, long)
-    if t_long < 0.2:
-        return
-    t_short = max(_cost(pattern, short), 1e-4)
-    assert t_long / t_short < 9, (f"{pattern.id}: {t_long:.3f}s on 16k-char near-misses vs "
-                                  f"{t_short:.3f}s on 4k-char ones: superlinear backtracking")
+    counter = Counter(with_unique_group_names(pattern.source), pattern.caseless)
+    for short, long in zip(_near_misses(pattern, 256), _near_misses(pattern, 1024), strict=True):
+        _, steps_short = counter.search(short, budget=10**8)
+        budget = _GROWTH_LIMIT * steps_short + 2_000
+        try:
+            _, steps_long = counter.search(long, budget=budget)
+        except OverBudget:
+            pytest.fail(f"{pattern.id}: more than {budget} steps on {long[:60]!r}... "
+                        f"({len(long)} chars) against {steps_short} on its 256-char form: "
+                        "superlinear backtracking")
+
+
+@pytest.mark.parametrize("pattern", ALL_PATTERNS, ids=lambda p: p.id)
+def test_step_counter_agrees_with_re(pattern):
+    """The counter is only worth its counts if it matches what ``re`` matches."""
+    counter = Counter(with_unique_group_names(pattern.source), pattern.caseless)
+    lines = [s["line"] for s in pattern.samples] + list(pattern.negatives)
+    for line in lines + [line[:-3] for line in lines]:
+        assert counter.search(line, budget=10**8)[0] == (pattern.regex.search(line) is not None), line
 
 
 def test_docs_list_every_format():
