@@ -4,6 +4,7 @@ DeepSpeed config (DS205, DS206), batch arithmetic (DS309), "auto" (DS310), Train
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -361,7 +362,10 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
         ws, ws_x = _arg(ctx, "warmup_steps")
         ws_n = as_numlike(ws)
         if ws_x and ws_n is not None and ws_n > 0:
-            out.append(("scheduler.params.warmup_num_steps", "warmup_steps", int(ws_n), True))
+            # Transformers 5 reads a warmup_steps below 1 as a share of the steps
+            # (TrainingArguments.get_warmup_steps: ceil(steps x ratio)); 4.x takes only integers.
+            warm = int(ws_n) if ws_n >= 1 else math.ceil(ms_n * ws_n)
+            out.append(("scheduler.params.warmup_num_steps", "warmup_steps", warm, True))
     return out
 
 
