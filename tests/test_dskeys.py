@@ -109,7 +109,8 @@ for name, cfg in cases.items():
     try:
         c = DeepSpeedConfig(cfg)
         out[name] = {"ok": True, "fp16": bool(c.float16_config.enabled), "stage": int(c.zero_optimization_stage),
-                     "offload_param": c.zero_config.offload_param is not None}
+                     "offload_param": c.zero_config.offload_param is not None,
+                     "optimizer_params": c.optimizer_params}
     except Exception as e:
         out[name] = {"ok": False, "error": type(e).__name__, "msg": str(e)[:200]}
 print(json.dumps(out))
@@ -127,6 +128,7 @@ def test_behaviour_claims_hold_on_installed_deepspeed(ds_python: str) -> None:
         "offload_param_stage2": {"train_batch_size": 8, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}},
         "fp16_auto": {"train_batch_size": 8, "fp16": {"enabled": "auto"}},
         "batch_auto": {"train_batch_size": "auto"},
+        "optimizer_auto": {"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}},
         "batch_string": {"train_batch_size": 8, "gradient_accumulation_steps": "8"},
         "fp16_and_bf16": {"train_batch_size": 8, "fp16": {"enabled": True}, "bf16": {"enabled": True}},
         "batch_mismatch": {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2},
@@ -155,6 +157,7 @@ def test_behaviour_claims_hold_on_installed_deepspeed(ds_python: str) -> None:
     assert got["offload_param_stage2"]["ok"] and got["offload_param_stage2"]["offload_param"]
     assert got["fp16_auto"]["ok"] and got["fp16_auto"]["fp16"] is False
     assert got["batch_auto"]["error"] == "TypeError"
+    assert got["optimizer_auto"]["optimizer_params"] == {"lr": "auto"}  # handed on as a string
     assert got["batch_string"]["error"] == "TypeError"
     assert "cannot be simultaneously enabled" in got["fp16_and_bf16"]["msg"]
     assert "10 != 4 * 2 * 1" in got["batch_mismatch"]["msg"]

@@ -2,9 +2,10 @@
 (the Transformers DeepSpeed guide, "Save model weights" / fp32, S72 and S73).
 
 S72: "do not save fp32 weights during training (it can take a lot of memory); save them
-offline once training is done; online only with plenty of free CPU RAM". Each of DeepSpeed's
-recovery functions consolidates the whole model in fp32 (4 bytes per parameter) in the CPU RAM
-of every process that calls it. Statically visible, and so checked: a call inside the training
+offline once training is done; online only with plenty of free CPU RAM". DeepSpeed's recovery
+functions consolidate the whole model in fp32 (4 bytes per parameter) in the CPU RAM of every
+process that calls them; from 0.16.0 convert_zero_checkpoint_to_fp32_state_dict does it one output
+shard at a time. Statically visible, and so checked: a call inside the training
 loop (a for/while body that also steps the model) or inside a TrainerCallback's method (run at
 every save/step/evaluation). A call after ``trainer.train()`` is the guide's "online" recipe.
 
@@ -24,12 +25,16 @@ from typing import Any
 from dsdoctor.diagnose.checks.common import finding, gib, param_count, script_trees
 from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.facts.context import Context
+from dsdoctor.facts.dskeys import parse_version
 from dsdoctor.model import Evidence, Finding
 
 RECOVERY = frozenset({"get_fp32_state_dict_from_zero_checkpoint",
                       "load_state_dict_from_zero_checkpoint",
                       "convert_zero_checkpoint_to_fp32_state_dict"})
 RECOVERY_NAMES = tuple(sorted(RECOVERY))  # the text test before a script is parsed
+#: From 0.16.0 convert_zero_checkpoint_to_fp32_state_dict reads the checkpoint lazily and
+#: materializes one output shard at a time (utils/zero_to_fp32.py: lazy_mode, max_shard_size).
+LAZY_CONVERT = (0, 16, 0)
 #: Calls that show a loop body is the training loop.
 STEP_CALLS = frozenset({"backward", "step", "train_batch", "training_step"})
 
@@ -71,11 +76,17 @@ def fp32_recovery_during_training(ctx: Context, rule: Any) -> Iterator[Finding]:
         lines = text.splitlines()
         for call, where in _during_training(tree):
             name = _name(call.func)
+            cost = (f"each call reads every rank's fp32 partitions and writes the whole model in "
+                    f"fp32 (4 bytes per parameter{', ' + gib(total * 4) if total else ''}), one "
+                    f"shard (max_shard_size, 5GB by default) in CPU RAM at a time"
+                    if name == "convert_zero_checkpoint_to_fp32_state_dict"
+                    and parse_version(ctx.ds_version) >= LAZY_CONVERT else
+                    f"each call consolidates the whole model in fp32 (4 bytes per parameter) in "
+                    f"CPU RAM{size}")
             yield finding(
-                f"{path}:{call.lineno} calls {name}() inside {where}: each call consolidates "
-                f"the whole model in fp32 (4 bytes per parameter) in CPU RAM{size}, again at "
-                f"every pass. The guide: do not save fp32 weights during training; convert "
-                f"offline once training is done, online only with plenty of free CPU RAM.",
+                f"{path}:{call.lineno} calls {name}() inside {where}: {cost}, again at every "
+                f"pass. DeepSpeed asks for plenty of free CPU RAM for it, else zero_to_fp32.py "
+                f"offline once training is done.",
                 fix=f"move {name}() after training (after trainer.train() / the loop), or run "
                     f"zero_to_fp32.py on the last checkpoint offline",
                 evidence=(Evidence(file=path, line=call.lineno,

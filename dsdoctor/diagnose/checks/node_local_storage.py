@@ -4,9 +4,11 @@ The guides (multi-node deployment): without storage shared by all nodes, set
 ``checkpoint.use_node_local_storage`` true in the DeepSpeed config (or ``--save_on_each_node``
 with the Trainer). Each rank saves its own ``zero_pp_rank_N_*_optim_states.pt`` shard where it
 runs, and without node-local storage only global rank 0 writes ``mp_rank_00_model_states.pt``,
-so on resume every node misses what the others wrote. DeepSpeed's engine of 2022-2023 warns
-"The following zero checkpoints paths are missing: [...zero_pp_rank_8...]" and goes on WITHOUT
-the optimizer states (EleutherAI/gpt-neox#750: "the loss immediately spikes to very high values
+so on resume every node misses what the others wrote. DeepSpeed's engine from 0.3.14 to 0.7.4
+(March 2021 to October 2022) warns "The following zero checkpoints paths are missing:
+[...zero_pp_rank_8...]" and goes on WITHOUT the optimizer states (0.7.5 removed the warning and
+added use_node_local_storage, deepspeedai/DeepSpeed#2438; a rank then fails to open its own
+missing shard) (EleutherAI/gpt-neox#750: "the loss immediately spikes to very high values
 and never recovers"; deepspeedai/DeepSpeed#2319).
 """
 

@@ -27,6 +27,9 @@ DS_OPTIMIZERS = ("Adam", "AdamW", "Lamb", "Adagrad", "Lion", "MuAdam", "MuAdamW"
 #: deepspeedai/DeepSpeed#8490 before 0.19.8 (whose runtime/config.py no longer lists them).
 ONEBIT_OPTIMIZERS = ("OneBitAdam", "ZeroOneAdam", "OneBitLamb")
 ONEBIT_GONE = (0, 19, 8)
+#: DeepSpeed's Lion (DeepSpeedCPULion, FusedLion) joined ZeRO's tested list in 0.11.0
+#: (deepspeedai/DeepSpeed#4331, runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS).
+LION_TESTED = (0, 11, 0)
 #: torch.optim classes (torch 2.x), looked up by their exact name.
 TORCH_OPTIMIZERS = ("Adadelta", "Adafactor", "Adagrad", "Adam", "Adamax", "AdamW", "ASGD", "LBFGS",
                     "NAdam", "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam", "Muon")
@@ -144,9 +147,12 @@ def untested_zero_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
     what = (f"the client optimizer passed to deepspeed.initialize (the config's optimizer.type "
             f"{show_json(opt)} is not used when the script passes its own)" if opt else
             "the optimizer the script passed to deepspeed.initialize (the config has no optimizer section)")
+    tested = ("DeepSpeed's FusedAdam, CPUAdam, CPUAdagrad and Lion"
+              if parse_version(ctx.ds_version) >= LION_TESTED else
+              "DeepSpeed's FusedAdam, CPUAdam and CPUAdagrad")
     yield finding(
         f"ZeRO stopped at start-up: {what} is not one ZeRO has tested (torch Adam/AdamW/Adagrad, "
-        f"DeepSpeed's FusedAdam, CPUAdam, CPUAdagrad and Lion), and {state}.",
+        f"{tested}), and {state}.",
         path=ALLOW_KEY if ctx.ds is not None and allow is not None else None,
         fix=f"{fix} (ZeRO then partitions that optimizer's states like Adam's; check the loss "
             f"curve, since ZeRO was not tested with it), or use AdamW",

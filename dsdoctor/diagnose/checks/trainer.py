@@ -4,6 +4,7 @@ DeepSpeed config (DS205, DS206), batch arithmetic (DS309), "auto" (DS310), Train
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -245,12 +246,22 @@ def _auto_paths(data: Any, prefix: str = "") -> Iterator[str]:
                 yield from _auto_paths(v, p)
 
 
-def _auto_effect(path: str, table: dskeys.KeyTable) -> tuple[str, str]:
-    """(what DeepSpeed does with "auto" at this path, severity)."""
+#: DeepSpeed reads fp16/bf16 through pydantic models (runtime/precision_config.py) from 0.17.1;
+#: before, ``get_scalar_param`` returned the raw value, and the string "auto" is truthy.
+_PRECISION_MODELS = (0, 17, 1)
+
+
+def _auto_effect(path: str, table: dskeys.KeyTable, release: str) -> tuple[str, str]:
+    """(what DeepSpeed ``release`` does with "auto" at this path, severity)."""
     if path in _BATCH:
         return ("DeepSpeed keeps the string and crashes at deepspeed.initialize with a TypeError "
                 "(it computes with it)", "error")
     if path in ("fp16.enabled", "bf16.enabled"):
+        if dskeys.parse_version(release) < _PRECISION_MODELS:
+            return (f"DeepSpeed {release} reads the string \"auto\" as true, so "
+                    f"{path.split('.')[0]} is on whatever the script meant (and with fp16 and bf16 "
+                    "both \"auto\" it stops: 'bfloat16 and fp16 modes cannot be simultaneously "
+                    "enabled')", "error")
         return (f"DeepSpeed drops \"auto\" before validating, so {path.split('.')[0]} stays off "
                 "and the model silently trains in fp32 (slower, twice the memory)", "error")
     section = path.rpartition(".")[0]
@@ -271,7 +282,7 @@ def auto_without_trainer(ctx: Context, rule: Any) -> Iterator[Finding]:
     why = ("the training script does not use the Trainer or Accelerate"
            if ctx.script_sources else "the log shows neither the Trainer nor Accelerate")
     for path in _auto_paths(doc.data):
-        effect, sev = _auto_effect(path, table)
+        effect, sev = _auto_effect(path, table, ctx.ds_version)
         yield finding(
             f"{path} is \"auto\", but only the HF Trainer and Accelerate replace \"auto\" with "
             f"real values, and {why}: {effect}.",
@@ -361,7 +372,10 @@ def _pairs(ctx: Context) -> list[tuple[str, str, Any, bool]]:
         ws, ws_x = _arg(ctx, "warmup_steps")
         ws_n = as_numlike(ws)
         if ws_x and ws_n is not None and ws_n > 0:
-            out.append(("scheduler.params.warmup_num_steps", "warmup_steps", int(ws_n), True))
+            # Transformers 5 reads a warmup_steps below 1 as a share of the steps
+            # (TrainingArguments.get_warmup_steps: ceil(steps x ratio)); 4.x takes only integers.
+            warm = int(ws_n) if ws_n >= 1 else math.ceil(ms_n * ws_n)
+            out.append(("scheduler.params.warmup_num_steps", "warmup_steps", warm, True))
     return out
 
 

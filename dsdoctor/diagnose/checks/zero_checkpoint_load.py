@@ -46,9 +46,9 @@ def engine_use_after_fp32_load(ctx: Context, rule: Any) -> Iterator[Finding]:
                    for n in (load[0], later[0]))
         yield finding(
             f"{path}:{load[0]} calls {LOADER}(), and {path}:{later[0]} then calls "
-            f".{later[1]}(): the fp32 load takes the model out of DeepSpeed (its ZeRO partitions "
-            f"are replaced by plain tensors), so the engine cannot train or save it afterwards; "
-            f"the guide uses it only at the very end of the program.",
+            f".{later[1]}(): the fp32 load moves the model to the CPU and loads plain fp32 "
+            f"tensors into it, and DeepSpeed's docstring says the model is then no longer usable "
+            f"by the engine of the same program; use it only at the very end.",
             fix=f"move {LOADER}() after the last training/saving call (it is for the final "
                 f"fp32 weights), or recover them offline with zero_to_fp32.py from the checkpoint",
             evidence=ev)
