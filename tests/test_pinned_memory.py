@@ -92,3 +92,13 @@ def test_ds106_offers_pin_memory_false_only_with_swap(tmp_path: Path) -> None:
     ex = _example(pin=True, swap=0) | {"log": KILL}
     f = [f for f in run_example(ex, tmp_path / "b") if f.rule == "DS106"][0]
     assert "page-locked" in f.message and "pin_memory" not in f.fix
+
+
+def test_pinned_by_default_from_0_19_5(tmp_path: Path) -> None:
+    ex = _example(pin=True, swap=128 * 2**30, ds="0.19.5")
+    for part in ("offload_optimizer", "offload_param"):
+        del ex["config"]["zero_optimization"][part]["pin_memory"]
+    f = _ds203(ex, tmp_path)
+    # DeepSpeed 0.19.5's offload_config.py: pin_memory: bool = True
+    assert "defaults zero_optimization.offload_optimizer.pin_memory to true" in f.message
+    assert f.fix.startswith("set zero_optimization.offload_optimizer.pin_memory to false")

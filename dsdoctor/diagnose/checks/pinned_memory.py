@@ -43,11 +43,24 @@ class Pinned:
     what: str
 
 
+#: The first release whose offload configs default ``pin_memory`` to true (offload_config.py).
+PIN_BY_DEFAULT = (0, 19, 5)
+
+
+def _pins(ctx: Context) -> bool:
+    """Whether the optimizer offload is pinned: the key, else the run's release's default (a
+    release dsdoctor only assumed says nothing: the key is then taken as off)."""
+    pin = ctx.cfg_get(OPT_KEY)
+    if pin is not None:
+        return truthy(pin)
+    return (ctx.ds_version_source != "default"
+            and parse_version(ctx.ds_version) >= PIN_BY_DEFAULT)
+
+
 def pinned_offload(ctx: Context, stage: int, total_params: int, nodes: int) -> Pinned | None:
     """The pinned part of the offload need, or None when ``offload_optimizer.pin_memory`` (the
-    one switch that unpins anything) is off, the default."""
-    if (offload_device(ctx, "optimizer") != "cpu" or not truthy(ctx.cfg_get(OPT_KEY))
-            or total_params <= 0):
+    one switch that unpins anything) is off (the default before DeepSpeed 0.19.5)."""
+    if offload_device(ctx, "optimizer") != "cpu" or total_params <= 0 or not _pins(ctx):
         return None
     if stage >= 3:
         per_param, what = 4, f"{OPT_KEY} true pins the fp32 gradient partitions"
@@ -63,11 +76,14 @@ def pinned_offload(ctx: Context, stage: int, total_params: int, nodes: int) -> P
         if release >= (0, 17):
             keyed.append("a 16-bit copy of the weights")
         per_param = 4 * len(keyed) - (2 if release >= (0, 17) else 0)
-        what = f"{OPT_KEY} true pins " + ", ".join(keyed[:-1]) + " and " * (len(keyed) > 1) + keyed[-1]
+        what = (f"{OPT_KEY} true pins " + ", ".join(keyed[:-1]) + " and " * (len(keyed) > 1)
+                + keyed[-1])
         if (0, 15) <= release < (0, 18, 3):
             per_param += 4
             what += (", and DeepSpeed 0.15 to 0.18.2 pins the fp32 master weights whatever "
                      "pin_memory says")
+    if ctx.cfg_get(OPT_KEY) is None:
+        what += f"; DeepSpeed {ctx.ds_version} defaults {OPT_KEY} to true"
     return Pinned(per_param * total_params // max(nodes, 1), (OPT_KEY,), what)
 
 
