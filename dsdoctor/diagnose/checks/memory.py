@@ -140,7 +140,8 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     else:
         bits.append("The run had trained (a step or a loss before the kill), so loading the "
                     "model is not what ran out.")
-    fixes.append("fewer ranks per node loading at once, or more RAM/swap")
+    fixes.append("fewer ranks per node loading at once, or more RAM/swap" if at_load
+                 else "fewer ranks per node, or more RAM/swap")
     if need_config:
         fixes.append("give --config ds_config.json to know whether the run offloads to CPU "
                      "(offload adds host memory)")
