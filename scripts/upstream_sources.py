@@ -22,6 +22,8 @@ from pathlib import Path
 
 #: (pip requirement, owner/repo, tag, folder the package's files have in the repository)
 RELEASES = [
+    ("transformers==4.27.4", "huggingface/transformers", "v4.27.4", "src/"),
+    ("transformers==4.28.0", "huggingface/transformers", "v4.28.0", "src/"),
     ("transformers==4.57.6", "huggingface/transformers", "v4.57.6", "src/"),
     ("transformers==5.23.0", "huggingface/transformers", "v5.23.0", "src/"),
     ("accelerate==1.15.0", "huggingface/accelerate", "v1.15.0", "src/"),

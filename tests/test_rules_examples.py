@@ -77,9 +77,12 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
 
 def _matches(f: Finding, expect: dict[str, Any]) -> bool:
     """``expect`` keys are Finding fields (equal), or ``message_contains``/``fix_contains``
-    (a text or a list of texts that must all appear)."""
+    (a text or a list of texts that must all appear), or ``fix_lacks`` (a text that must not)."""
     for key, want in expect.items():
-        if key in ("message_contains", "fix_contains"):
+        if key == "fix_lacks":
+            if want in f.fix:
+                return False
+        elif key in ("message_contains", "fix_contains"):
             text = f.message if key == "message_contains" else f.fix
             if not all(w in text for w in ([want] if isinstance(want, str) else want)):
                 return False

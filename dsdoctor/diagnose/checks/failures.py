@@ -419,6 +419,6 @@ def rank_exited_nonzero(ctx: Context, rule: Any) -> Iterator[Finding]:
                   fix=("Fix the exception above (it is the cause; the launcher only reports "
                        "it)." if exc is not None else
                        "Look for the first traceback or error printed by the failing rank "
-                       "before this line (run with --enable_each_rank_log or per-rank logs if "
-                       "it is missing)."),
+                       "before this line (if it is missing, write one log per rank: deepspeed "
+                       "--enable_each_rank_log DIR, which takes a directory)."),
                   evidence=tuple(ev[:8]))

@@ -189,8 +189,11 @@ def _cuda_cause(err: str, assertion: str | None) -> tuple[str, str]:
                 "rerun with CUDA_LAUNCH_BLOCKING=1 to find the kernel, then disable it (the fused "
                 "optimizer or attention implementation) or upgrade the library that owns it")
     if "driver" in e and ("insufficient" in e or "too old" in e):
-        return ("the NVIDIA driver is older than the CUDA runtime torch was built with",
-                "update the driver, or install a torch build for the CUDA the driver supports")
+        return ("the NVIDIA driver is too old for the CUDA runtime torch was built with, "
+                "usually a newer CUDA major version (within one major version, CUDA's "
+                "minor-version compatibility lets a newer runtime run on an older driver)",
+                "update the driver, or install a torch build for the CUDA major version the "
+                "driver supports")
     if e.startswith("cublas_status") or e.startswith("cudnn_status"):
         return ("a cuBLAS/cuDNN call failed: often the GPU is nearly full (the library could not "
                 "get a workspace), a dtype the GPU does not support (bf16 before Ampere), or a "
@@ -224,8 +227,14 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     elif isinstance(driver_cuda, (int, float)):
         err = "The NVIDIA driver is too old"
         ver = f"{int(driver_cuda) // 1000}.{(int(driver_cuda) % 1000) // 10}"
-        cause = (f"the driver supports CUDA {ver} only, older than the CUDA torch was built with",
-                 f"update the NVIDIA driver, or install a torch build for CUDA {ver} or older")
+        major = int(driver_cuda) // 1000
+        # CUDA minor-version compatibility: any 11.x (12.x) runtime runs on an 11.x (12.x)
+        # driver, e.g. cu118 wheels on an R470 (CUDA 11.4) driver, so "too old" means a newer
+        # major version (or a feature beyond compatibility), not any newer minor version.
+        cause = (f"the driver supports CUDA {ver}, too old for the CUDA runtime torch was built "
+                 f"with: usually a CUDA {major + 1}.x or later build (builds for CUDA {major}.x "
+                 "run on it through minor-version compatibility)",
+                 f"update the NVIDIA driver, or install a torch build for CUDA {major}.x")
     else:
         err = errs[0] if errs else (statuses[0] if statuses else
                                     (f"assertion `{assertion}` failed" if assertion else "CUDA error"))

@@ -36,7 +36,7 @@ from dsdoctor.diagnose.checks.runfacts import (
 )
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.estimate import SCOPE_NOTE, offload_need
-from dsdoctor.model import Finding
+from dsdoctor.model import Finding, Symptom
 
 # ------------------------------------------------------------------- RAM a process may use
 
@@ -57,6 +57,13 @@ def usable_ram(ctx: Context) -> tuple[int | None, str]:
 
 
 # ----------------------------------------------------------------------------- DS106 CPU OOM
+
+
+def _progress_before(ctx: Context, s: Symptom) -> bool:
+    """A training step past 0 or a loss precedes the symptom's first line in its file."""
+    first = s.first
+    return any(p.file == first.file and p.line < first.line and (p.step or p.loss is not None)
+               for p in ctx.timeline)
 
 
 def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -120,14 +127,21 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
         fixes.append(("move offload_param back to GPU first, then " if par == "cpu" else "")
                      + 'offload to NVMe instead of CPU (ZeRO-3, device "nvme" with nvme_path)')
     need_config = ctx.ds is None and opt is None and par is None
-    if total and not (stage and stage >= 3):
+    # Loading the model is start-up: a bare SIGKILL after training steps is not explained by it.
+    at_load = not (sigkill_only and _progress_before(ctx, s))
+    if total and not (stage and stage >= 3) and at_load:
         n = world_size(ctx) or 1
         bits.append(f"Every rank loads the whole model into RAM before DeepSpeed partitions it "
                     f"({n} rank(s) x {total * 4 / 2**30:.1f} GiB in fp32).")
-    fixes.append("with ZeRO-3, create TrainingArguments (Trainer) or HfDeepSpeedConfig "
-                 "(own loop) before from_pretrained so the model is loaded already partitioned "
-                 "(zero.Init), and load in the checkpoint's dtype (torch_dtype)")
-    fixes.append("fewer ranks per node loading at once, or more RAM/swap")
+    if at_load:
+        fixes.append("with ZeRO-3, create TrainingArguments (Trainer) or HfDeepSpeedConfig "
+                     "(own loop) before from_pretrained so the model is loaded already "
+                     "partitioned (zero.Init), and load in the checkpoint's dtype (torch_dtype)")
+    else:
+        bits.append("The run had trained (a step or a loss before the kill), so loading the "
+                    "model is not what ran out.")
+    fixes.append("fewer ranks per node loading at once, or more RAM/swap" if at_load
+                 else "fewer ranks per node, or more RAM/swap")
     if need_config:
         fixes.append("give --config ds_config.json to know whether the run offloads to CPU "
                      "(offload adds host memory)")

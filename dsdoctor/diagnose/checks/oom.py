@@ -257,8 +257,11 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     if bucket is not None:
         steps.append(bucket)
         path = "zero_optimization.allgather_bucket_size"
+    # Activations are not partitioned by any ZeRO stage (only the model states are), so
+    # checkpointing them is a rung at ZeRO-3 too, not one the run passed by reaching stage 3;
+    # but an OOM in the optimizer step comes after the backward freed the activations.
     gc = trainer_arg(ctx, "gradient_checkpointing")
-    if not truthy(gc) and (stage is None or stage < 3):
+    if not truthy(gc) and step_frame is None:
         steps.append("enable gradient checkpointing (--gradient_checkpointing, or "
                      "model.gradient_checkpointing_enable()): activations are often the "
                      "largest part" + ("" if gc is not None else " (if it is not on already)"))

@@ -127,8 +127,11 @@ def conversion_killed(ctx: Context, rule: Any, s: Any, where: str, total: int | 
                      "so it needs about one shard of RAM (deepspeedai/DeepSpeed#6658); "
                      "--safe_serialization only changes the file format, not the memory")
     gather = ctx.cfg_get("zero_optimization.stage3_gather_16bit_weights_on_model_save")
-    if gather is not True and zero_stage(ctx) in (3, None):
-        fixes.append("for later runs, save 16-bit weights directly at the end of training "
+    stage = zero_stage(ctx)
+    if gather is not True and stage in (3, None):
+        # DeepSpeed reads the key only when the weights are partitioned (ZeRO-3, save_16bit_model)
+        fixes.append(("for later runs, " if stage == 3 else "if the training ran ZeRO-3, for later runs ")
+                     + "save 16-bit weights directly at the end of training "
                      "(zero_optimization.stage3_gather_16bit_weights_on_model_save: true), "
                      "so no conversion is needed")
     fixes.append("stop other memory users on that machine while it runs")
