@@ -75,6 +75,9 @@ def qlora_fsdp_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Findin
                  "add fsdp_cpu_ram_efficient_loading: true under fsdp_config")
             + " (FSDP1 also needs fsdp_sync_module_states: true; Accelerate turns it on itself)")
         return
+    if _trainer_fsdp(ctx):
+        yield from _trainer_ram_efficient_loading(ctx, rule)
+        return
     env_vars = ctx.env_get("env_vars")
     if not isinstance(env_vars, dict):
         ctx.missing(rule.code, f"whether {ENV_VAR} is set for QLoRA + FSDP without an Accelerate "
@@ -89,6 +92,33 @@ def qlora_fsdp_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Findin
         f"the whole base model into CPU RAM before FSDP shards it. Without the Accelerate "
         f"launcher this variable is how the PEFT guide turns on rank-0-only loading.",
         fix=f"export {ENV_VAR}=true in the launch script before torchrun/python")
+
+
+def _trainer_fsdp(ctx: Context) -> bool:
+    v = ctx.trainer_args.get("fsdp")
+    return v not in (None, False, "", "None", "false", "False", [])
+
+
+def _trainer_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """The Trainer's --fsdp: TrainingArguments writes FSDP_CPU_RAM_EFFICIENT_LOADING itself from
+    fsdp_config's cpu_ram_efficient_loading (default "false"), so an exported value is overwritten."""
+    cfg = ctx.trainer_args.get("fsdp_config")
+    if isinstance(cfg, str) and cfg.strip():
+        ctx.missing(rule.code, f"cpu_ram_efficient_loading in --fsdp_config {cfg}", "the fsdp_config JSON")
+        return
+    cfg = cfg if isinstance(cfg, dict) else {}
+    v = cfg.get("cpu_ram_efficient_loading", cfg.get("fsdp_cpu_ram_efficient_loading"))
+    if _true(v):
+        return
+    exported = ctx.env_get(f"env_vars.{ENV_VAR}")
+    yield finding(
+        f"QLoRA with the Trainer's --fsdp and fsdp_config cpu_ram_efficient_loading "
+        f"{'not set' if v is None else _yaml(v)}: TrainingArguments sets {ENV_VAR} from it "
+        f"(\"false\" when unset)"
+        + (f", overwriting the exported {ENV_VAR}={exported}" if exported is not None else "")
+        + ", so every rank loads the whole base model into CPU RAM before FSDP shards it.",
+        fix="set \"cpu_ram_efficient_loading\": true in --fsdp_config (the Trainer overwrites an "
+            f"exported {ENV_VAR})")
 
 
 def qlora_fsdp_offload_params(ctx: Context, rule: Any) -> Iterator[Finding]:
