@@ -150,6 +150,8 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
     v = acc.get("fsdp_config.fsdp_use_orig_params")
     if not (v is True or str(v).lower() == "true"):
         return
+    if str(acc.get("fsdp_config.fsdp_version", "1")).strip() == "2":
+        return  # FSDP2 always keeps the original parameters: Accelerate drops the key
     peft = _uses_peft(ctx)
     if peft is None:
         ctx.missing(rule.code, "whether PEFT/LoRA is used with FSDP", "--script")
@@ -163,11 +165,9 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
         and ctx.run.peft is not None and ctx.run.peft.source.kind == "log-banner" else ()
     yield finding(
         "The Accelerate config runs FSDP with fsdp_use_orig_params: true, and the run trains "
-        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: with "
-        "the original parameters exposed, FSDP keeps full gradients/optimizer "
-        "bookkeeping for frozen and trainable weights alike, so PEFT saves little GPU memory "
-        "(PEFT's FSDP guide: it must be false, with PEFT's fsdp_auto_wrap_policy wrapping "
-        "trainable and frozen parameters apart).",
+        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: PEFT's "
+        "FSDP guide says use_orig_params must be false to realize the GPU memory savings, with "
+        "PEFT's fsdp_auto_wrap_policy wrapping trainable and frozen parameters apart.",
         path="fsdp_config.fsdp_use_orig_params", file=acc.path, line=pos.line if pos else None,
         evidence=peft_ev,
         fix="set fsdp_config.fsdp_use_orig_params from true to false in the Accelerate config "
