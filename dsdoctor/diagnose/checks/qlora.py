@@ -58,20 +58,35 @@ def qlora_dtype_vs_quant_storage(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # ------------------------------------------------------------ DS209 QLoRA + ZeRO-3 versions
 
-QLORA_ZERO3_MIN = (("bitsandbytes", (0, 43, 0), ">="), ("accelerate", (0, 28, 0), ">="),
-                   ("transformers", (4, 38, 2), ">"), ("trl", (0, 7, 11), ">"),
-                   ("peft", (0, 9, 0), ">"))
+#: The minimums PEFT's DeepSpeed and FSDP guides list for QLoRA: since peft 0.14 (PR #2151, a fix
+#: to its SFT script) the first table, before it the second (the releases that brought
+#: bnb_4bit_quant_storage sharding). A run is judged by the guide of its own peft release.
+QLORA_MIN = (("bitsandbytes", (0, 43, 3), ">="), ("accelerate", (1, 0, 1), ">="),
+             ("transformers", (4, 44, 2), ">"), ("trl", (0, 11, 4), ">"), ("peft", (0, 13, 0), ">"))
+QLORA_MIN_BEFORE_PEFT_014 = (("bitsandbytes", (0, 43, 0), ">="), ("accelerate", (0, 28, 0), ">="),
+                             ("transformers", (4, 38, 2), ">"), ("trl", (0, 7, 11), ">"),
+                             ("peft", (0, 9, 0), ">"))
+_PEFT_NEW_GUIDE = (0, 14)
 
 
+def _minimums(ctx: Context) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    t = version_tuple(package_version(ctx, "peft")[0])
+    return QLORA_MIN_BEFORE_PEFT_014 if t is not None and t[:2] < _PEFT_NEW_GUIDE else QLORA_MIN
+
+
+def guide_minimums(ctx: Context) -> str:
+    """The minimums of the guide the run's peft release ships, as the guide writes them."""
+    return ", ".join(f"{p} {op} {'.'.join(map(str, v))}" for p, v, op in _minimums(ctx))
 
 
 def packages_below_minimum(ctx: Context) -> tuple[list[tuple[str, str, str, str]], bool]:
-    """(package, version, where it was read, "needs >= 0.43.0") for each package older than
-    QLoRA's minimums (QLORA_ZERO3_MIN, the same for ZeRO-3 and FSDP), and whether no version
-    was known at all (then the env snapshot would settle it)."""
+    """(package, version, where it was read, "needs >= 0.43.3") for each package older than
+    QLoRA's minimums (the same for ZeRO-3 and FSDP), and whether no version was known at all
+    (then the env snapshot would settle it)."""
     old: list[tuple[str, str, str, str]] = []
     unknown = 0
-    for pkg, minimum, op in QLORA_ZERO3_MIN:
+    table = _minimums(ctx)
+    for pkg, minimum, op in table:
         v, where = package_version(ctx, pkg)
         t = version_tuple(v)
         if t is None:
@@ -79,7 +94,7 @@ def packages_below_minimum(ctx: Context) -> tuple[list[tuple[str, str, str, str]
             continue
         if not (t >= minimum if op == ">=" else t > minimum):
             old.append((pkg, str(v), where, f"needs {op} {'.'.join(map(str, minimum))}"))
-    return old, unknown == len(QLORA_ZERO3_MIN)
+    return old, unknown == len(table)
 
 
 def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -92,9 +107,9 @@ def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not old:
         return
     yield finding(
-        "QLoRA with ZeRO-3 needs bitsandbytes >= 0.43.0, accelerate >= 0.28.0, transformers > "
-        "4.38.2, trl > 0.7.11 and peft > 0.9.0 (4-bit weights sharded through their "
-        f"quant-storage dtype); too old here: {', '.join(f'{p} {v} ({need})' for p, v, _, need in old)}.",
+        f"PEFT's DeepSpeed guide asks for {guide_minimums(ctx)} for QLoRA with ZeRO-3 (4-bit "
+        f"weights sharded through their quant-storage dtype); older here: "
+        f"{', '.join(f'{p} {v} ({need})' for p, v, _, need in old)}.",
         fix="Upgrade: pip install -U " + " ".join(p for p, *_ in old) + ".",
         path="zero_optimization.stage")
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding, gib, gpu_total_bytes, param_count
-from dsdoctor.diagnose.checks.qlora import packages_below_minimum
+from dsdoctor.diagnose.checks.qlora import guide_minimums, packages_below_minimum
 from dsdoctor.diagnose.checks.runfacts import qlora, world_size
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
@@ -50,9 +50,8 @@ def qlora_fsdp_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not old:
         return
     yield finding(
-        "QLoRA with FSDP needs bitsandbytes >= 0.43.0, accelerate >= 0.28.0, transformers > "
-        "4.38.2, trl > 0.7.11 and peft > 0.9.0 (FSDP shards the 4-bit weights through their "
-        f"quant-storage dtype only from those releases on); too old here: "
+        f"PEFT's FSDP guide asks for {guide_minimums(ctx)} for QLoRA with FSDP (the 4-bit weights "
+        f"sharded through their quant-storage dtype); older here: "
         f"{', '.join(f'{p} {v} ({where}; {need})' for p, v, where, need in old)}.",
         fix="upgrade: pip install -U " + " ".join(p for p, *_ in old))
 
