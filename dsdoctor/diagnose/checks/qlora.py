@@ -42,18 +42,28 @@ def adapter_merge_under_deepspeed(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 def qlora_dtype_vs_quant_storage(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS208: QLoRA's torch_dtype differs from bnb_4bit_quant_storage (ZeRO-3/FSDP sharding)."""
-    for sc in ctx.scripts:
-        for load, storage in sc.quant_storage_mismatches():
-            yield finding(
-                f"{sc.path}:{load.site.line}: from_pretrained({load.key}={load.value}) but "
-                f"BitsAndBytesConfig(bnb_4bit_quant_storage={storage.value}) at line "
-                f"{storage.site.line}. For QLoRA with ZeRO-3 or FSDP the packed 4-bit weights "
-                "are sharded with the other parameters, so both dtypes must be the same.",
-                fix=f"Use the same dtype for both: {load.key}=torch.{storage.value} (bfloat16 for "
-                    "bf16 training; float32 with fp16 mixed precision).",
-                evidence=(script_evidence(load.site, sc.path),
-                          script_evidence(storage.site, sc.path)),
-                file=sc.path, line=load.site.line)
+    pairs = [(sc, load, storage) for sc in ctx.scripts for load, storage in sc.quant_storage_mismatches()]
+    if not pairs:
+        return
+    # the storage dtype only matters where the 4-bit weights are sharded: ZeRO-3 or FSDP
+    stage, fsdp = zero_stage(ctx), ctx.run.value("fsdp")
+    if stage != 3 and fsdp is not True:
+        if stage is None and fsdp is None:
+            ctx.missing(rule.code, "whether the 4-bit weights are sharded (ZeRO-3 or FSDP)",
+                        "--config or the Accelerate config")
+        return
+    for sc, load, storage in pairs:
+        yield finding(
+            f"{sc.path}:{load.site.line}: from_pretrained({load.key}={load.value}) but "
+            f"BitsAndBytesConfig(bnb_4bit_quant_storage={storage.value}) at line "
+            f"{storage.site.line}. For QLoRA with ZeRO-3 or FSDP the packed 4-bit weights "
+            "are sharded with the other parameters, and PEFT's guides load the model in the "
+            "storage dtype.",
+            fix=f"Use the same dtype for both: {load.key}=torch.{storage.value} (bfloat16 for "
+                "bf16 training; float32 with fp16 mixed precision).",
+            evidence=(script_evidence(load.site, sc.path),
+                      script_evidence(storage.site, sc.path)),
+            file=sc.path, line=load.site.line)
 
 
 # ------------------------------------------------------------ DS209 QLoRA + ZeRO-3 versions
@@ -249,9 +259,8 @@ def qlora_storage_dtype(ctx: Context, rule: Any) -> Iterator[Finding]:
     yield finding(
         f"4-bit QLoRA training ({q_where}) stores the quantized weights as {storage} "
         f"(bnb_4bit_quant_storage, {s_where}) while fp16 mixed precision is on ({fp16}): with fp16 "
-        f"automatic mixed precision the storage dtype must be float32 (PEFT's QLoRA guide; "
-        f"bfloat16 storage is for pure bf16 training), otherwise the sharded flat parameters mix "
-        f"dtypes and the run fails or trains on wrongly cast weights.",
+        f"mixed precision PEFT's QLoRA guide sets the storage dtype to float32 \"for stable "
+        f"automatic mixed precision training\" (bfloat16 storage is for pure bf16 training).",
         path=path, file=file, line=line,
         fix=f"set bnb_4bit_quant_storage from {storage} to float32 (torch.float32) where the "
             f"BitsAndBytesConfig is built ({s_where}), or train in bf16 with bfloat16 storage")
@@ -270,13 +279,13 @@ def qlora_zero3_init(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not q:
         return
     flag = acc.get("deepspeed_config.zero3_init_flag")
-    if flag is True or str(flag).lower() == "true":
+    # unset, Accelerate turns it on by itself at stage 3 (ACCELERATE_DEEPSPEED_ZERO3_INIT unset)
+    if flag is None or flag is True or str(flag).lower() == "true":
         return
     pos = acc.locate("deepspeed_config.zero3_init_flag") or acc.locate("deepspeed_config")
     yield finding(
-        f"4-bit QLoRA ({q_where}) with ZeRO-3 through Accelerate needs "
-        f"deepspeed_config.zero3_init_flag: true, and it is "
-        f"{'missing' if flag is None else show_json(flag)}: without zero.Init every rank loads the "
-        f"whole quantized model before DeepSpeed shards it (PEFT's QLoRA + ZeRO-3 guide).",
+        f"4-bit QLoRA ({q_where}) with ZeRO-3 through Accelerate, and "
+        f"deepspeed_config.zero3_init_flag is {show_json(flag)}: PEFT's QLoRA + ZeRO-3 guide "
+        f"says to set it to true when using an Accelerate config.",
         path="deepspeed_config.zero3_init_flag", file=acc.path, line=pos.line if pos else None,
         fix="set deepspeed_config.zero3_init_flag to true in the Accelerate config")
