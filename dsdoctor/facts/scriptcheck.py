@@ -287,6 +287,7 @@ class _Visitor(ast.NodeVisitor):
         self.accelerators: list[Site] = []
         self.ds_init: list[Site] = []
         self.merges: list[Site] = []
+        self._gathered = 0  # depth of `with ...GatheredParameters(...)` blocks around the node
         self.dtypes: list[DtypeUse] = []
         self.imports: set[str] = set()
         self.uses_peft = False
@@ -403,7 +404,14 @@ class _Visitor(ast.NodeVisitor):
         for item in node.items:
             if item.optional_vars is not None:
                 self._mark_kept(item.context_expr)
+        # PEFT's DeepSpeed guide merges inside deepspeed.zero.GatheredParameters (the full
+        # weights gathered): a merge there is the supported way, not DS207's
+        gathers = any(isinstance(i.context_expr, ast.Call)
+                      and dotted(i.context_expr.func).endswith("GatheredParameters")
+                      for i in node.items)
+        self._gathered += gathers
         self.generic_visit(node)
+        self._gathered -= gathers
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.loops.name(node)
@@ -463,7 +471,8 @@ class _Visitor(ast.NodeVisitor):
         elif callee == "deepspeed.initialize" or callee.endswith("deepspeed.initialize"):
             self.ds_init.append(self._site(node))
         elif last in _MERGE_METHODS and isinstance(node.func, ast.Attribute):
-            self.merges.append(self._site(node))
+            if not self._gathered:
+                self.merges.append(self._site(node))
         elif last in ("get_peft_model", "prepare_model_for_kbit_training", "LoraConfig"):
             self.uses_peft = True
         q = kw.get("load_in_4bit")

@@ -20,6 +20,9 @@ from dsdoctor.model import Evidence, Finding
 
 # ------------------------------------------------------------- DS229 SLURM tasks per node
 
+_SRUN = re.compile(r"(?:^|[\s;&|(])srun\s")
+_SRUN_ONE_PER_NODE = re.compile(r"\bsrun\b[^'\"]*?--ntasks-per-node(?:=|\s+)1\b")
+
 
 def slurm_tasks_per_node(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS229: ``#SBATCH --ntasks-per-node`` above 1 while each task runs a per-node launcher."""
@@ -34,6 +37,10 @@ def slurm_tasks_per_node(ctx: Context, rule: Any) -> Iterator[Finding]:
         if spawn is None:
             continue  # `srun python train.py`: one task per GPU is SLURM's own way, and right
         n, (line, cmd) = int(tasks[0]), spawn
+        if not _SRUN.search(cmd) or _SRUN_ONE_PER_NODE.search(cmd):
+            # without srun the batch script (one copy, on the first node) runs the launcher once;
+            # srun's own --ntasks-per-node=1 overrides the #SBATCH value for that step
+            continue
         launcher = next(w for w in ("torch.distributed.run", "torch.distributed.launch", "torchrun",
                                     "accelerate launch", "deepspeed") if w in cmd)
         yield finding(
@@ -56,6 +63,18 @@ _ENV_SET = re.compile(r"""os\.environ\[\s*["'](MASTER_ADDR|MASTER_PORT|RANK|LOCA
                       r"""\s*=\s*["']?([^"'\s)]+)""")
 
 
+_VISIBLE_SET = re.compile(r"""os\.environ\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=\s*["']([^"']*)["']""")
+
+
+def _one_visible_gpu(ctx: Context, text: str) -> bool:
+    """The script (or the launch shell) makes a single GPU visible: CUDA_VISIBLE_DEVICES="0"."""
+    shown = [m.group(1) for m in _VISIBLE_SET.finditer(text)]
+    env_value = ctx.env_get("env_vars.CUDA_VISIBLE_DEVICES")
+    if isinstance(env_value, str):
+        shown.append(env_value)
+    return any(len([d for d in v.split(",") if d.strip()]) == 1 for v in shown)
+
+
 def launcher_env_by_hand(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS230: a script sets RANK/WORLD_SIZE itself (the guide's notebook emulation) on a machine
     with several GPUs, and nothing launches it with a launcher: it trains on one GPU."""
@@ -73,8 +92,8 @@ def launcher_env_by_hand(ctx: Context, rule: Any) -> Iterator[Finding]:
         if not gpus:
             ctx.missing(rule.code, "whether the hand-set WORLD_SIZE=1 leaves GPUs idle",
                         "--env snapshot.json")
-        if len(gpus) <= 1:
-            continue
+        if len(gpus) <= 1 or _one_visible_gpu(ctx, text):
+            continue  # one GPU is what the script means to use: the emulation is right there
         yield finding(
             f"{path}:{ws[1]} sets WORLD_SIZE to 1 (and RANK at line {found['RANK'][1]}) by hand, as "
             f"the Transformers guide does to run DeepSpeed in a notebook: this runs one process, "

@@ -29,6 +29,7 @@ from dsdoctor.model import Finding
 def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Keys written twice in one object: DeepSpeed refuses the file."""
     seen: set[str] = set()
+    hf = bool(ctx.run.value("uses_trainer")) or ctx.uses_accelerate
     docs: list[ConfigDoc] = []
     for doc in ctx.configs:
         docs.append(doc)
@@ -40,14 +41,24 @@ def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
             continue
         seen.add(doc.path)
         for dup in doc.duplicates:
-            where = "DeepSpeed refuses the file (ValueError: Duplicate keys in DeepSpeed config)" \
-                if doc.kind == "deepspeed" else "YAML keeps the last value without a word"
+            severity = ""
+            if doc.kind != "deepspeed":
+                where = "YAML keeps the last value without a word"
+                severity = "warning"
+            elif hf:
+                # the Trainer/Accelerate json.load the file and hand DeepSpeed a dict: no check
+                where = ("the Trainer/Accelerate read the file with json.load, which keeps the last "
+                         "value without a word, and hand DeepSpeed the result")
+                severity = "warning"
+            else:
+                where = ("DeepSpeed refuses the file (ValueError: Duplicate keys in DeepSpeed "
+                         "config) when it reads the path itself; under the Trainer or Accelerate "
+                         "json.load keeps the last value silently")
             a, b = ((f"{dup.first.line}:{dup.first.col}", f"{dup.pos.line}:{dup.pos.col}")
                     if dup.first.line == dup.pos.line else (str(dup.first.line), str(dup.pos.line)))
             yield finding(
-                f"'{dup.path}' is written twice: line {a} and line {b}. "
-                f"{where}; the Trainer's json.load keeps the last value, so the two tools would "
-                f"disagree even if it loaded.",
+                f"'{dup.path}' is written twice: line {a} and line {b}. {where}.",
+                severity=severity,
                 path=dup.path, file=dup.pos.file, line=dup.pos.line,
                 fix=f"delete one of the two '{dup.path.rpartition('.')[2]}' entries "
                     f"(lines {a} and {b}), keeping the value you mean")

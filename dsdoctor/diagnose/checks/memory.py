@@ -301,6 +301,24 @@ def overlap_comm_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
 SINGLE_GPU_BUCKET = 2e8
 
 
+def _bucket_elements(ctx: Context, rule: Any, key: str, v: Any) -> float | None:
+    """The bucket the run uses. The Trainer and Accelerate fill an "auto" reduce_bucket_size
+    with hidden_size^2 at every ZeRO stage (often far below 2e8); plain DeepSpeed drops "auto"
+    and keeps its default 5e8 (DS310's finding)."""
+    if v is None:
+        return float(DEFAULT_BUCKET)
+    if v != "auto":
+        return as_numlike(v)
+    plain = ctx.run.value("uses_trainer") is False and not ctx.uses_accelerate
+    if key != "reduce_bucket_size" or plain:
+        return float(DEFAULT_BUCKET)
+    h = getattr(ctx.model, "hidden_size", None)
+    if isinstance(h, int) and h > 0:
+        return float(h * h)
+    ctx.missing(rule.code, '"auto" reduce_bucket_size (the Trainer fills hidden_size^2)', "--model PATH")
+    return None
+
+
 def single_gpu_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS215: ZeRO-2 on one GPU with buckets above the guide's 2e8."""
     if zero_stage(ctx) != 2 or world_size(ctx) != 1:
@@ -312,12 +330,14 @@ def single_gpu_buckets(ctx: Context, rule: Any) -> Iterator[Finding]:
     big = []
     for key in ("allgather_bucket_size", "reduce_bucket_size"):
         v = ctx.cfg_get(f"zero_optimization.{key}")
-        n = as_numlike(v) if v not in (None, "auto") else float(DEFAULT_BUCKET)
+        n = _bucket_elements(ctx, rule, key, v)
         if n is not None and n > SINGLE_GPU_BUCKET:
             big.append((key, v, n))
     if not big:
         return
-    said = ", ".join(f"{k} {'not set (default 5e8)' if v is None else v}" for k, v, _ in big)
+    said = ", ".join(f"{k} {'not set (default 5e8)' if v is None else v}"
+                     + (f" (= hidden_size^2 = {n:,.0f})" if v == "auto" and n != DEFAULT_BUCKET else "")
+                     for k, v, n in big)
     path = "zero_optimization." + big[-1][0]
     yield finding(
         f"ZeRO-2 on a single GPU (world size 1) with {said}. The Transformers DeepSpeed guide "

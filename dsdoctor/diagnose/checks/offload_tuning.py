@@ -24,10 +24,14 @@ def round_robin_gradients(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     accum = ctx.run.value("grad_accum")
     ranks = world_size(ctx)
-    why = [f"{ranks} ranks" for _ in [0] if isinstance(ranks, int) and ranks > 1] + \
+    if ranks is None:
+        ctx.missing(rule.code, "the number of data-parallel ranks (round robin spreads over them)",
+                    "a log with the world size, --world-size or --env")
+        return
+    if ranks <= 1:
+        return  # one data-parallel rank: DeepSpeed's round-robin reorder leaves the order as is
+    why = [f"{ranks} ranks"] + \
           [f"{accum} accumulation steps" for _ in [0] if isinstance(accum, int) and accum > 1]
-    if not why:
-        return  # one rank without accumulation: nothing to spread
     state = "false" if ctx.cfg_has(_KEY) else "not set"
     yield finding(
         f"ZeRO-{stage} offloads the optimizer to {dev} with {' and '.join(why)}, and "

@@ -42,36 +42,61 @@ def adapter_merge_under_deepspeed(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 def qlora_dtype_vs_quant_storage(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS208: QLoRA's torch_dtype differs from bnb_4bit_quant_storage (ZeRO-3/FSDP sharding)."""
-    for sc in ctx.scripts:
-        for load, storage in sc.quant_storage_mismatches():
-            yield finding(
-                f"{sc.path}:{load.site.line}: from_pretrained({load.key}={load.value}) but "
-                f"BitsAndBytesConfig(bnb_4bit_quant_storage={storage.value}) at line "
-                f"{storage.site.line}. For QLoRA with ZeRO-3 or FSDP the packed 4-bit weights "
-                "are sharded with the other parameters, so both dtypes must be the same.",
-                fix=f"Use the same dtype for both: {load.key}=torch.{storage.value} (bfloat16 for "
-                    "bf16 training; float32 with fp16 mixed precision).",
-                evidence=(script_evidence(load.site, sc.path),
-                          script_evidence(storage.site, sc.path)),
-                file=sc.path, line=load.site.line)
+    pairs = [(sc, load, storage) for sc in ctx.scripts for load, storage in sc.quant_storage_mismatches()]
+    if not pairs:
+        return
+    # the storage dtype only matters where the 4-bit weights are sharded: ZeRO-3 or FSDP
+    stage, fsdp = zero_stage(ctx), ctx.run.value("fsdp")
+    if stage != 3 and fsdp is not True:
+        if stage is None and fsdp is None:
+            ctx.missing(rule.code, "whether the 4-bit weights are sharded (ZeRO-3 or FSDP)",
+                        "--config or the Accelerate config")
+        return
+    for sc, load, storage in pairs:
+        yield finding(
+            f"{sc.path}:{load.site.line}: from_pretrained({load.key}={load.value}) but "
+            f"BitsAndBytesConfig(bnb_4bit_quant_storage={storage.value}) at line "
+            f"{storage.site.line}. For QLoRA with ZeRO-3 or FSDP the packed 4-bit weights "
+            "are sharded with the other parameters, and PEFT's guides load the model in the "
+            "storage dtype.",
+            fix=f"Use the same dtype for both: {load.key}=torch.{storage.value} (bfloat16 for "
+                "bf16 training; float32 with fp16 mixed precision).",
+            evidence=(script_evidence(load.site, sc.path),
+                      script_evidence(storage.site, sc.path)),
+            file=sc.path, line=load.site.line)
 
 
 # ------------------------------------------------------------ DS209 QLoRA + ZeRO-3 versions
 
-QLORA_ZERO3_MIN = (("bitsandbytes", (0, 43, 0), ">="), ("accelerate", (0, 28, 0), ">="),
-                   ("transformers", (4, 38, 2), ">"), ("trl", (0, 7, 11), ">"),
-                   ("peft", (0, 9, 0), ">"))
+#: The minimums PEFT's DeepSpeed and FSDP guides list for QLoRA: since peft 0.14 (PR #2151, a fix
+#: to its SFT script) the first table, before it the second (the releases that brought
+#: bnb_4bit_quant_storage sharding). A run is judged by the guide of its own peft release.
+QLORA_MIN = (("bitsandbytes", (0, 43, 3), ">="), ("accelerate", (1, 0, 1), ">="),
+             ("transformers", (4, 44, 2), ">"), ("trl", (0, 11, 4), ">"), ("peft", (0, 13, 0), ">"))
+QLORA_MIN_BEFORE_PEFT_014 = (("bitsandbytes", (0, 43, 0), ">="), ("accelerate", (0, 28, 0), ">="),
+                             ("transformers", (4, 38, 2), ">"), ("trl", (0, 7, 11), ">"),
+                             ("peft", (0, 9, 0), ">"))
+_PEFT_NEW_GUIDE = (0, 14)
 
 
+def _minimums(ctx: Context) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    t = version_tuple(package_version(ctx, "peft")[0])
+    return QLORA_MIN_BEFORE_PEFT_014 if t is not None and t[:2] < _PEFT_NEW_GUIDE else QLORA_MIN
+
+
+def guide_minimums(ctx: Context) -> str:
+    """The minimums of the guide the run's peft release ships, as the guide writes them."""
+    return ", ".join(f"{p} {op} {'.'.join(map(str, v))}" for p, v, op in _minimums(ctx))
 
 
 def packages_below_minimum(ctx: Context) -> tuple[list[tuple[str, str, str, str]], bool]:
-    """(package, version, where it was read, "needs >= 0.43.0") for each package older than
-    QLoRA's minimums (QLORA_ZERO3_MIN, the same for ZeRO-3 and FSDP), and whether no version
-    was known at all (then the env snapshot would settle it)."""
+    """(package, version, where it was read, "needs >= 0.43.3") for each package older than
+    QLoRA's minimums (the same for ZeRO-3 and FSDP), and whether no version was known at all
+    (then the env snapshot would settle it)."""
     old: list[tuple[str, str, str, str]] = []
     unknown = 0
-    for pkg, minimum, op in QLORA_ZERO3_MIN:
+    table = _minimums(ctx)
+    for pkg, minimum, op in table:
         v, where = package_version(ctx, pkg)
         t = version_tuple(v)
         if t is None:
@@ -79,7 +104,7 @@ def packages_below_minimum(ctx: Context) -> tuple[list[tuple[str, str, str, str]
             continue
         if not (t >= minimum if op == ">=" else t > minimum):
             old.append((pkg, str(v), where, f"needs {op} {'.'.join(map(str, minimum))}"))
-    return old, unknown == len(QLORA_ZERO3_MIN)
+    return old, unknown == len(table)
 
 
 def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -92,9 +117,9 @@ def qlora_zero3_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not old:
         return
     yield finding(
-        "QLoRA with ZeRO-3 needs bitsandbytes >= 0.43.0, accelerate >= 0.28.0, transformers > "
-        "4.38.2, trl > 0.7.11 and peft > 0.9.0 (4-bit weights sharded through their "
-        f"quant-storage dtype); too old here: {', '.join(f'{p} {v} ({need})' for p, v, _, need in old)}.",
+        f"PEFT's DeepSpeed guide asks for {guide_minimums(ctx)} for QLoRA with ZeRO-3 (4-bit "
+        f"weights sharded through their quant-storage dtype); older here: "
+        f"{', '.join(f'{p} {v} ({need})' for p, v, _, need in old)}.",
         fix="Upgrade: pip install -U " + " ".join(p for p, *_ in old) + ".",
         path="zero_optimization.stage")
 
@@ -150,6 +175,8 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
     v = acc.get("fsdp_config.fsdp_use_orig_params")
     if not (v is True or str(v).lower() == "true"):
         return
+    if str(acc.get("fsdp_config.fsdp_version", "1")).strip() == "2":
+        return  # FSDP2 always keeps the original parameters: Accelerate drops the key
     peft = _uses_peft(ctx)
     if peft is None:
         ctx.missing(rule.code, "whether PEFT/LoRA is used with FSDP", "--script")
@@ -163,11 +190,9 @@ def fsdp_peft_orig_params(ctx: Context, rule: Any) -> Iterator[Finding]:
         and ctx.run.peft is not None and ctx.run.peft.source.kind == "log-banner" else ()
     yield finding(
         "The Accelerate config runs FSDP with fsdp_use_orig_params: true, and the run trains "
-        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: with "
-        "the original parameters exposed, FSDP keeps full gradients/optimizer "
-        "bookkeeping for frozen and trainable weights alike, so PEFT saves little GPU memory "
-        "(PEFT's FSDP guide: it must be false, with PEFT's fsdp_auto_wrap_policy wrapping "
-        "trainable and frozen parameters apart).",
+        f"PEFT adapters{' (PEFT printed its trainable parameters)' if peft_ev else ''}: PEFT's "
+        "FSDP guide says use_orig_params must be false to realize the GPU memory savings, with "
+        "PEFT's fsdp_auto_wrap_policy wrapping trainable and frozen parameters apart.",
         path="fsdp_config.fsdp_use_orig_params", file=acc.path, line=pos.line if pos else None,
         evidence=peft_ev,
         fix="set fsdp_config.fsdp_use_orig_params from true to false in the Accelerate config "
@@ -234,9 +259,8 @@ def qlora_storage_dtype(ctx: Context, rule: Any) -> Iterator[Finding]:
     yield finding(
         f"4-bit QLoRA training ({q_where}) stores the quantized weights as {storage} "
         f"(bnb_4bit_quant_storage, {s_where}) while fp16 mixed precision is on ({fp16}): with fp16 "
-        f"automatic mixed precision the storage dtype must be float32 (PEFT's QLoRA guide; "
-        f"bfloat16 storage is for pure bf16 training), otherwise the sharded flat parameters mix "
-        f"dtypes and the run fails or trains on wrongly cast weights.",
+        f"mixed precision PEFT's QLoRA guide sets the storage dtype to float32 \"for stable "
+        f"automatic mixed precision training\" (bfloat16 storage is for pure bf16 training).",
         path=path, file=file, line=line,
         fix=f"set bnb_4bit_quant_storage from {storage} to float32 (torch.float32) where the "
             f"BitsAndBytesConfig is built ({s_where}), or train in bf16 with bfloat16 storage")
@@ -255,13 +279,13 @@ def qlora_zero3_init(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not q:
         return
     flag = acc.get("deepspeed_config.zero3_init_flag")
-    if flag is True or str(flag).lower() == "true":
+    # unset, Accelerate turns it on by itself at stage 3 (ACCELERATE_DEEPSPEED_ZERO3_INIT unset)
+    if flag is None or flag is True or str(flag).lower() == "true":
         return
     pos = acc.locate("deepspeed_config.zero3_init_flag") or acc.locate("deepspeed_config")
     yield finding(
-        f"4-bit QLoRA ({q_where}) with ZeRO-3 through Accelerate needs "
-        f"deepspeed_config.zero3_init_flag: true, and it is "
-        f"{'missing' if flag is None else show_json(flag)}: without zero.Init every rank loads the "
-        f"whole quantized model before DeepSpeed shards it (PEFT's QLoRA + ZeRO-3 guide).",
+        f"4-bit QLoRA ({q_where}) with ZeRO-3 through Accelerate, and "
+        f"deepspeed_config.zero3_init_flag is {show_json(flag)}: PEFT's QLoRA + ZeRO-3 guide "
+        f"says to set it to true when using an Accelerate config.",
         path="deepspeed_config.zero3_init_flag", file=acc.path, line=pos.line if pos else None,
         fix="set deepspeed_config.zero3_init_flag to true in the Accelerate config")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding, gib, gpu_total_bytes, param_count
-from dsdoctor.diagnose.checks.qlora import packages_below_minimum
+from dsdoctor.diagnose.checks.qlora import guide_minimums, packages_below_minimum
 from dsdoctor.diagnose.checks.runfacts import qlora, world_size
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
@@ -50,9 +50,8 @@ def qlora_fsdp_versions(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not old:
         return
     yield finding(
-        "QLoRA with FSDP needs bitsandbytes >= 0.43.0, accelerate >= 0.28.0, transformers > "
-        "4.38.2, trl > 0.7.11 and peft > 0.9.0 (FSDP shards the 4-bit weights through their "
-        f"quant-storage dtype only from those releases on); too old here: "
+        f"PEFT's FSDP guide asks for {guide_minimums(ctx)} for QLoRA with FSDP (the 4-bit weights "
+        f"sharded through their quant-storage dtype); older here: "
         f"{', '.join(f'{p} {v} ({where}; {need})' for p, v, where, need in old)}.",
         fix="upgrade: pip install -U " + " ".join(p for p, *_ in old))
 
@@ -75,6 +74,9 @@ def qlora_fsdp_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Findin
                  "add fsdp_cpu_ram_efficient_loading: true under fsdp_config")
             + " (FSDP1 also needs fsdp_sync_module_states: true; Accelerate turns it on itself)")
         return
+    if _trainer_fsdp(ctx):
+        yield from _trainer_ram_efficient_loading(ctx, rule)
+        return
     env_vars = ctx.env_get("env_vars")
     if not isinstance(env_vars, dict):
         ctx.missing(rule.code, f"whether {ENV_VAR} is set for QLoRA + FSDP without an Accelerate "
@@ -89,6 +91,33 @@ def qlora_fsdp_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Findin
         f"the whole base model into CPU RAM before FSDP shards it. Without the Accelerate "
         f"launcher this variable is how the PEFT guide turns on rank-0-only loading.",
         fix=f"export {ENV_VAR}=true in the launch script before torchrun/python")
+
+
+def _trainer_fsdp(ctx: Context) -> bool:
+    v = ctx.trainer_args.get("fsdp")
+    return v not in (None, False, "", "None", "false", "False", [])
+
+
+def _trainer_ram_efficient_loading(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """The Trainer's --fsdp: TrainingArguments writes FSDP_CPU_RAM_EFFICIENT_LOADING itself from
+    fsdp_config's cpu_ram_efficient_loading (default "false"), so an exported value is overwritten."""
+    cfg = ctx.trainer_args.get("fsdp_config")
+    if isinstance(cfg, str) and cfg.strip():
+        ctx.missing(rule.code, f"cpu_ram_efficient_loading in --fsdp_config {cfg}", "the fsdp_config JSON")
+        return
+    cfg = cfg if isinstance(cfg, dict) else {}
+    v = cfg.get("cpu_ram_efficient_loading", cfg.get("fsdp_cpu_ram_efficient_loading"))
+    if _true(v):
+        return
+    exported = ctx.env_get(f"env_vars.{ENV_VAR}")
+    yield finding(
+        f"QLoRA with the Trainer's --fsdp and fsdp_config cpu_ram_efficient_loading "
+        f"{'not set' if v is None else _yaml(v)}: TrainingArguments sets {ENV_VAR} from it "
+        f"(\"false\" when unset)"
+        + (f", overwriting the exported {ENV_VAR}={exported}" if exported is not None else "")
+        + ", so every rank loads the whole base model into CPU RAM before FSDP shards it.",
+        fix="set \"cpu_ram_efficient_loading\": true in --fsdp_config (the Trainer overwrites an "
+            f"exported {ENV_VAR})")
 
 
 def qlora_fsdp_offload_params(ctx: Context, rule: Any) -> Iterator[Finding]:

@@ -5,7 +5,9 @@ DeepSpeed config (DS205, DS206), batch arithmetic (DS309), "auto" (DS310), Train
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dsdoctor.diagnose.checks.common import (
@@ -168,6 +170,44 @@ def _deepspeed_in_use(ctx: Context) -> bool:
 # ---------------------------------------------------------------- DS309 batch-size arithmetic
 
 _BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+#: Megatron/NeoX-style launch flags naming a model-parallel degree (the ranks one replica spans).
+_MP_FLAG = re.compile(r"--(?:tensor|pipeline|pipe|sequence|context)[-_](?:model[-_])?parallel[-_]size"
+                      r"(?:=|\s+)(\d+)")
+_NUM_STAGES = re.compile(r"\bnum_stages\s*=\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class _ModelParallel:
+    """How many ranks one data-parallel replica spans. DeepSpeed's batch check counts replicas
+    (its world_size is the data-parallel size: ranks / (TP x PP x SP)), not ranks."""
+
+    degree: int  # the product of the degrees seen (1: none seen)
+    unknown: str = ""  # a model-parallel setup whose degree nothing states (then degree is a floor)
+    where: str = ""
+
+
+def _model_parallel(ctx: Context) -> _ModelParallel:
+    degree, where, unknown = 1, [], ""
+    for key in ("tensor_parallel.autotp_size", "sequence_parallel_size"):
+        n = as_real(ctx.cfg_get(key))
+        if n is not None and n > 1 and float(n).is_integer():
+            degree *= int(n)
+            where.append(f"{key} {int(n)}")
+    for la in launches(ctx):
+        for n in (int(x) for x in _MP_FLAG.findall(la.text)):
+            if n > 1:
+                degree *= n
+                where.append(f"a parallel-size flag of {n} at {la.location}")
+    for path, text in ctx.script_sources.items():
+        if "PipelineModule(" not in text:
+            continue
+        stages = [int(x) for x in _NUM_STAGES.findall(text)]
+        if len(stages) == 1 and stages[0] > 0:
+            degree *= stages[0]
+            where.append(f"PipelineModule num_stages={stages[0]} in {path}")
+        else:
+            unknown = f"a PipelineModule in {path}"
+    return _ModelParallel(degree, unknown, ", ".join(where))
 
 
 def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -191,15 +231,27 @@ def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
     world = world_size(ctx)
     known_world = ctx.run.world_size
     world_source = known_world.source.describe() if known_world is not None else ""
+    mp = _model_parallel(ctx)
+    if mp.unknown:
+        # the replicas are ranks / (TP x PP x SP) and one degree is not stated: no equality to test
+        ctx.missing(rule.code, f"the data-parallel size ({mp.unknown}: ranks / pipeline stages)",
+                    "the script's PipelineModule(num_stages=...) or the log")
+        world = None
+    elif world and mp.degree > 1:
+        if world % mp.degree:
+            return  # the degrees seen do not divide the ranks: a model-parallel setup not read right
+        world_source += f" / {mp.degree} ({mp.where})"
+        world //= mp.degree
     if gas is not None:
         per_rank = mb * gas
         if world:
             expect = per_rank * world
             if expect != tb:
+                size = "data-parallel size" if mp.degree > 1 else "world size"
                 yield finding(
                     f"train_batch_size is {fmt_number(tb)} but train_micro_batch_size_per_gpu x "
-                    f"gradient_accumulation_steps x world size = {fmt_number(mb)} x {fmt_number(gas)} x "
-                    f"{world} = {fmt_number(expect)} (world size {world} from the {world_source}): "
+                    f"gradient_accumulation_steps x {size} = {fmt_number(mb)} x {fmt_number(gas)} x "
+                    f"{world} = {fmt_number(expect)} ({size} {world} from the {world_source}): "
                     f"DeepSpeed stops with 'Check batch related parameters. train_batch_size is not "
                     f"equal to micro_batch_per_gpu * gradient_acc_step * world_size "
                     f"{fmt_number(tb)} != {fmt_number(mb)} * {fmt_number(gas)} * {world}'.",
