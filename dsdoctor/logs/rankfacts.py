@@ -156,6 +156,8 @@ class RankCollector:
                     st.watchdog[name] = values[name]
             if LOST_PEER.search(text):
                 st.lost_peer = st.lost_peer or here
+            elif "from_rank" in values:
+                pass  # another rank's timeout signalled to this one: its counts, not its timeout
             elif pattern_id in TIMEOUT_PATTERNS and st.timed_out is None:
                 st.timed_out = here  # the first: when this rank's wait ran out
         elif emits == "launcher-nonzero-exit":
