@@ -48,6 +48,8 @@ _LIBRARY = re.compile(r"site-packages/|dist-packages/|/lib/python\d[\d.]*/|^<fro
 #: Decorators and module plumbing between a call site and the function it called.
 _PLUMBING = frozenset({"wrapper", "wrapped_fn", "decorate_context", "_fn", "inner", "_call_impl",
                        "_wrapped_call_impl", "log_wrapper", "forward_call", "_no_grad_wrapper"})
+#: Exceptions that say the rank was stopped (by the launcher, a person), not that it failed.
+STOPPED = re.compile(r"SignalException|KeyboardInterrupt|SystemExit|got signal: ")
 _TIME = re.compile(r"\d{4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?|"
                    r"\b[EWIF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?")
 
@@ -95,7 +97,8 @@ class RankState:
             f" at {self.frame.short}" if self.frame and not self.collective else "")
         inside = f" inside {self.entered}" if self.entered and self.entered != self.collective \
             else ""
-        coll = self.collective or ""
+        coll = self.collective or ("a collective" if self.seq is not None
+                                   or self.last_enqueued is not None else "")
         if self.seq is not None:
             coll += f" SeqNum={self.seq}"
         if self.last_enqueued is not None:
@@ -113,6 +116,9 @@ class RankState:
         if self.frame is not None:  # a traceback that is no failure (an interrupt, a warning)
             return f"last frame in {self.entered}{site}" if self.entered else (
                 f"last frame{site}")
+        if self.last_enqueued is not None:
+            return (f"no collective pending (enqueued {self.last_enqueued}, completed "
+                    f"{self.last_completed})")
         return "running: no timeout, exception or exit in its lines"
 
     def to_dict(self) -> dict[str, Any]:
@@ -257,15 +263,19 @@ def state_of(f: RankFacts) -> RankState:
         collective = NCCL_OPS[op.upper()]
     site, entered = _call_site(frames)
     lost = f.lost_peer is not None
-    # An exception line that is the timeout or the lost peer itself is not a failure of its own.
+    # An exception line that is the timeout or the lost peer itself is not a failure of its own,
+    # nor is the signal the launcher sent once another rank failed (SIGTERM, Ctrl-C).
     own_failure = (f.exception is not None and f.exception_at is not None
                    and f.exception_at != f.timed_out and f.exception_at != f.lost_peer
-                   and not _mentions_timeout(f.exception))
+                   and not _mentions_timeout(f.exception) and not STOPPED.search(f.exception))
+    enq, done = _int_or_none(f.watchdog.get("last_enqueued")), _int_or_none(
+        f.watchdog.get("last_completed"))
+    pending = enq is not None and done is not None and done < enq
     if own_failure and f.timed_out is None and not lost:
         state = "failed"
     elif f.timed_out is not None:
         state = "timed-out"
-    elif lost or collective is not None:
+    elif lost or collective is not None or pending:
         state = "waiting"
     elif f.exit_code is not None:
         state = "exited"
@@ -334,11 +344,12 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
             low = min(s.last_enqueued or 0 for s in behind)
             names = tuple(s.rank for s in behind)
             waited = tuple(s.rank for s in group if s.rank not in names)
+            first = behind[0]
+            last = f" ({first.phrase()})" if first.frame is not None else ""
             sentence = (f"{_names(names)} never entered collective {low + 1} "
                         f"(last enqueued {low}, the others {top}): "
-                        f"{_verb(names, 'it', 'they')} fell behind, and {_names(waited)} only "
-                        f"waited for {_verb(names, 'it', 'them')}")
-            first = behind[0]
+                        f"{_verb(names, 'it', 'they')} fell behind{last}, and {_names(waited)} "
+                        f"only waited for {_verb(names, 'it', 'them')}")
             return Culprit(names, "behind", sentence, waited, first.call_site or first.frame,
                            first.last_line), "culprit"
     # 3. A rank in no collective (its frames say where) while the others wait in one; or, among
@@ -362,10 +373,15 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
         return Culprit(names, "outside", sentence, waited, first.call_site or first.frame,
                        first.last_line), "culprit"
     # 4. Ranks waiting in different collectives (or the same one called from different lines).
+    # A rank that does not say where it waits (no frame, OpType or SeqNum) differs from none.
     groups: dict[tuple[Any, ...], list[RankState]] = {}
     for s in stuck:
-        groups.setdefault((s.collective, s.call_site.short if s.call_site else None, s.seq,
-                           s.entered), []).append(s)
+        if s.collective is None and s.call_site is None and s.seq is None:
+            continue
+        groups.setdefault((s.collective, s.call_site.short if s.call_site else None,
+                           s.entered, s.seq), []).append(s)
+    if not groups:
+        return None, "unknown"
     if len(groups) == 1:
         return None, "same-collective"
     sizes = sorted(len(g) for g in groups.values())
@@ -375,15 +391,16 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
         odd = [s for g in groups.values() if g is not biggest for s in g]
     else:  # a tie (two ranks): the rank that timed out waited first, so it left the common
         # path first; a rank that only lost its peer was still waiting when that rank died
-        timed = [s for s in stuck if s.state == "timed-out"]
-        if timed and len(timed) < len(stuck):
+        known = [s for g in groups.values() for s in g]
+        timed = [s for s in known if s.state == "timed-out"]
+        if timed and len(timed) < len(known):
             odd = timed
     if odd is None:
         return None, "unknown"
     names = tuple(s.rank for s in odd)
     waited = tuple(s.rank for s in stuck if s.rank not in names)
     first = odd[0]
-    other = next(s for s in stuck if s.rank in waited)
+    other = next(s for g in groups.values() for s in g if s.rank not in names)
     sentence = (f"{_names(names)} waited alone in the {first.collective or 'collective'}"
                 f"{' at ' + first.call_site.short if first.call_site else ''}, which "
                 f"{_names(waited)} never entered (a desync); {_names(waited)} only waited "
@@ -414,4 +431,4 @@ def _state(states: list[RankState], rank: int) -> str:
     return next(s.state for s in states if s.rank == rank)
 
 
-__all__ = ["Culprit", "RankGroup", "RankState", "RankTable", "build", "rank_ranges", "state_of"]
+__all__ = ["STOPPED", "Culprit", "RankGroup", "RankState", "RankTable", "build", "rank_ranges", "state_of"]

@@ -73,7 +73,8 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
             # nor is a lost peer ("Connection closed by peer"): that is the consequence of
             # another rank's exit, the waiting rank's, never a failure that explains the hang
             own = [e for e in other.evidence if (e.file, e.line) not in hang_lines
-                   and not _TIMEOUT_TEXT.search(e.text) and not LOST_PEER.search(e.text)]
+                   and not _TIMEOUT_TEXT.search(e.text) and not LOST_PEER.search(e.text)
+                   and not rank_table.STOPPED.search(e.text)]
             if not own:
                 continue
             where_ev = own[0]
