@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dsdoctor.diagnose.ranks import RankTable
 
 SCHEMA_VERSION = 1
 
@@ -260,6 +263,9 @@ class Report:
     notes: tuple[str, ...] = ()  # e.g. "no --env given: CPU RAM rules used the log only"
     verdict: Verdict | None = None  # None only for a report built without the diagnosis step
     problems: tuple[Problem, ...] = ()  # findings and symptoms grouped by cause, worst first
+    # every rank the log shows, grouped by state, and a hang's culprit (diagnose/ranks.py);
+    # None when the log shows fewer than two ranks
+    ranks: RankTable | None = None
 
     @property
     def exit_code(self) -> int:
@@ -278,6 +284,7 @@ class Report:
         return {
             "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict.to_dict() if self.verdict is not None else None,
+            "ranks": self.ranks.to_dict() if self.ranks is not None else None,
             "files": [asdict(f) for f in self.files],
             "inputs": self.inputs,
             "symptoms": [s.to_dict() for s in self.symptoms],

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dsdoctor.diagnose import problems, verdict
+from dsdoctor.diagnose import problems, ranks, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.logs.rankfacts import with_text
 from dsdoctor.logs.scan import ProgressFn, ScanResult, scan_files
 from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Report
 from dsdoctor.redact import redact_report
+from dsdoctor.redact.redactor import Redactor
 
 if TYPE_CHECKING:
     from dsdoctor.facts.run import RunModel
@@ -53,10 +55,12 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
         steps_done=run.value("steps_done") if run is not None else None,
         steps_skipped=skipped.value if skipped is not None else None,
         skipped_where=skipped.source.location if skipped is not None else None)
+    red = Redactor()
+    table = ranks.build({r: with_text(f, red.text) for r, f in scan.ranks.items()})
     fate = verdict.decide({s.kind: s for s in report.symptoms}, report.timeline,
                           report.findings, progress, has_log=bool(report.files),
-                          lifecycle=_lifecycle(scan))
-    return replace(report, verdict=fate,
+                          lifecycle=_lifecycle(scan), ranks=table)
+    return replace(report, verdict=fate, ranks=table,
                    problems=problems.group(report.symptoms, report.findings, fate))
 
 

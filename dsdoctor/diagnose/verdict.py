@@ -32,10 +32,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from dsdoctor.diagnose.fingerprint import fingerprint
 from dsdoctor.logs.tracebacks import is_interrupt, traceback_only
 from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
+
+if TYPE_CHECKING:
+    from dsdoctor.diagnose.ranks import RankTable
 
 #: Signal numbers a launcher reports as negative exit codes, by name.
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
@@ -274,8 +278,11 @@ def _age_phrase(age_s: float | None) -> str:
 
 def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
            findings: Iterable[Finding], progress: Progress, has_log: bool,
-           lifecycle: Lifecycle | None = None) -> Verdict:
-    """The verdict of one analysis (see the module docstring for the order of precedence)."""
+           lifecycle: Lifecycle | None = None, ranks: RankTable | None = None) -> Verdict:
+    """The verdict of one analysis (see the module docstring for the order of precedence).
+
+    ``ranks`` (diagnose/ranks.py): a hang's culprit, when one rank stands out, leads the hung
+    sentence: the rank that made the others wait, not the ranks whose timeouts were printed."""
     findings = list(findings)
     life = lifecycle or Lifecycle()
     names = {f.name for f in findings}
@@ -303,8 +310,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
     if hang is not None:
         tail = f", then the ranks were stopped {ending}" if ending else ""
         where = f" on {_ranks(hang).strip()}" if hang.ranks else ""
-        return verdict("hung", f"{hang_phrase(hang)}{where} ({hang.count} watchdog/timeout "
-                       f"line(s), first at line {hang.first.line}){steps}{tail}", hang, exit_sym)
+        what = (f"{hang_phrase(hang)}{where} ({hang.count} watchdog/timeout line(s), first at "
+                f"line {hang.first.line}){steps}{tail}")
+        culprit = ranks.culprit if ranks is not None else None
+        if culprit is not None:
+            return verdict("hung", f"{culprit.sentence}. {what[:1].upper()}{what[1:]}", hang,
+                           exit_sym)
+        return verdict("hung", what, hang, exit_sym)
 
     killed: Symptom | None = None
     for kind, what in FATAL_CAUSES:

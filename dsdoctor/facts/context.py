@@ -48,6 +48,8 @@ class Context:
     timeline: list[TimelinePoint] = field(default_factory=list)
     facts: list[Fact] = field(default_factory=list)
     files: list[Any] = field(default_factory=list)  # FileSummary of the scanned logs
+    # what each rank's lines said last (logs/rankfacts.py), by rank: DS107 names a hang's culprit
+    rank_facts: dict[int, Any] = field(default_factory=dict)
     configs: list[ConfigDoc] = field(default_factory=list)  # every --config, as given
     ds: ConfigDoc | None = None  # the effective DeepSpeed config (from --config, else the log)
     ds_source: str | None = None  # "config" | "accelerate" | "log" | None
@@ -206,6 +208,7 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
         ctx.timeline = list(getattr(scan_result, "timeline", []) or [])
         ctx.facts = list(getattr(scan_result, "facts", []) or [])
         ctx.files = list(getattr(scan_result, "files", []) or [])
+        ctx.rank_facts = dict(getattr(scan_result, "ranks", {}) or {})
 
     # Configs: at most one DeepSpeed config and one Accelerate config make sense together.
     for path in inputs.configs:

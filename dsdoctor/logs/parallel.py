@@ -25,6 +25,7 @@ from dsdoctor.logs.aggregate import (
     _KindState,
 )
 from dsdoctor.logs.jobs import PositionedReader
+from dsdoctor.logs.rankfacts import RankCollector
 from dsdoctor.model import Evidence
 
 PROBE_BYTES = 1 << 20  # how far past a split point a line start is looked for
@@ -124,6 +125,7 @@ class RangeResult:
     facts: list[tuple[str, Evidence, dict]]
     notes: list[str]
     huge_skipped: dict[tuple[str, int, str], int]  # hits past the per-line cap (scan.py), by line
+    ranks: RankCollector  # what each rank's lines in this range said last
 
 
 _SCANNER: Any = None  # the parent's Scanner, inherited by the forked workers
@@ -136,6 +138,7 @@ def _scan_one(job: tuple[int, str, int, int, int, int, int]) -> RangeResult:
     scanner.symptoms = ExtremesAggregator()
     scanner.timeline = TimelineRecorder()
     scanner.facts = FactRecorder()
+    scanner.ranks = RankCollector()
     scanner.notes = []
     scanner._huge_line, scanner._huge_matched, scanner._huge_skipped = None, {}, {}
     counter = _PROGRESS[k]
@@ -150,7 +153,7 @@ def _scan_one(job: tuple[int, str, int, int, int, int, int]) -> RangeResult:
     agg.settle()
     return RangeResult(newlines, scanned, last, agg._state, agg._seq, agg.extremes,
                        scanner.timeline.adds, scanner.facts.adds, scanner.notes,
-                       scanner._huge_skipped)
+                       scanner._huge_skipped, scanner.ranks)
 
 
 # ------------------------------------------------------------------------- parent side
@@ -175,7 +178,7 @@ def scan_parallel(scanner: Any, name: str, fd: int, size: int, jobs: int, stride
     scanner._engine(False)  # compiled (or loaded) once, here, and inherited by every worker
     scanner.engine_timeline  # noqa: B018 - the same for the timeline windows' engine
     saved = (scanner.symptoms, scanner.timeline, scanner.facts, scanner.notes,
-             scanner.on_progress)
+             scanner.on_progress, scanner.ranks)
     _SCANNER = scanner
     try:
         with ctx.Pool(len(job_list)) as pool:
@@ -188,7 +191,7 @@ def scan_parallel(scanner: Any, name: str, fd: int, size: int, jobs: int, stride
     finally:
         _SCANNER = None
         (scanner.symptoms, scanner.timeline, scanner.facts, scanner.notes,
-         scanner.on_progress) = saved
+         scanner.on_progress, scanner.ranks) = saved
     shift = 0
     for part in parts:
         merge_symptoms(scanner.symptoms, part, shift)
@@ -197,6 +200,7 @@ def scan_parallel(scanner: Any, name: str, fd: int, size: int, jobs: int, stride
         for fact, ev, values in part.facts:
             scanner.facts.add(fact, _moved(ev, shift), values)
         scanner.notes.extend(part.notes)
+        scanner.ranks.merge(part.ranks, shift)
         for (fname, line, pid), skipped in part.huge_skipped.items():  # noted by _summarize
             scanner._huge_skipped[(fname, line + shift, pid)] = skipped
         shift += part.newlines

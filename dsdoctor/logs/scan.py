@@ -22,6 +22,7 @@ from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, 
 from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
+from dsdoctor.logs.rankfacts import RankCollector, RankFacts
 from dsdoctor.logs.reader import OpenedLog, Segment, normalize, open_log, rank_from_filename
 from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
@@ -52,6 +53,8 @@ class ScanResult:
     files: list[FileSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     engine: str = ""
+    # what each rank's lines said last (frames, exception, watchdog numbers), by rank
+    ranks: dict[int, RankFacts] = field(default_factory=dict)
 
 
 class Scanner:
@@ -76,6 +79,7 @@ class Scanner:
         self.symptoms = SymptomAggregator()
         self.timeline = Timeline()
         self.facts = FactCollector()
+        self.ranks = RankCollector()
         self.files: list[FileSummary] = []
         self.notes: list[str] = []
         # (file, line) of the huge line being matched, its matches and skipped hits per pattern id
@@ -107,6 +111,7 @@ class Scanner:
             files=list(self.files),
             notes=list(self.notes),
             engine=self.engine_name,
+            ranks=self.ranks.facts(),
         )
 
     # -- internals ----------------------------------------------------------------------------
@@ -264,6 +269,8 @@ class Scanner:
                 ev = Evidence(file=name, line=line, text=seg.text,  # a point keeps no text
                               rank=seg.rank if seg.rank is not None else file_rank)
                 self.timeline.add(self.timeline_patterns[idx].id, ev, values)
+                if ev.rank is not None:
+                    self.ranks.add("timeline", "", name, line, seg.text, ev.rank, values)
                 continue
             line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
             cur_line = (line_start, line_end)
@@ -294,6 +301,8 @@ class Scanner:
             rank = values.get("rank")
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
+            if rank is not None or pat.emits == "launcher-nonzero-exit":
+                self.ranks.add(pat.emits, pat.id, name, line, seg.text, rank, values)
             # the whole segment's text: the aggregator cuts only the evidence it keeps, and
             # makes an Evidence only for a line it keeps (most of a million hits are counted)
             if symptom[idx]:

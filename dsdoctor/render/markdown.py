@@ -31,6 +31,13 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     out.append("")
     out.append(f"**{fate}**: {rest}")
     out.append("")
+    if report.ranks is not None:
+        out.append(f"Ranks ({len(report.ranks.ranks)}, by state):")
+        out.append("")
+        out.append("```text")
+        out.extend(report.ranks.lines())
+        out.append("```")
+        out.append("")
     nlines = sum(f.lines for f in report.files)
     if report.files:
         names = ", ".join(f"`{f.path}`" for f in report.files)

@@ -84,6 +84,13 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
     out = _Printer(report, color, width or WIDTH)
     fate, rest = verdict_line(report)
     out.styled([(fate, FATE_STYLE.get(fate, "bold")), (f": {rest}", "")])
+    # right under the verdict: which rank made the others wait. Ranks that all ended the same
+    # way (every rank raised the same exception) add nothing to the verdict's line in the
+    # short text; the JSON and Markdown always have them.
+    table = report.ranks
+    if table is not None and (len(table.groups) > 1 or (
+            report.verdict is not None and report.verdict.fate == "hung")):
+        _ranks(out, report)
     nlines = sum(f.lines for f in report.files)
     if report.files:
         shown = ", ".join(f.path for f in report.files[:3])
@@ -111,6 +118,18 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
         report.findings or report.symptoms) else ("", "")
     out.styled([(summary_counts(report), ""), hint])
     return out.text()
+
+
+def _ranks(out: _Printer, report: Report) -> None:
+    """The per-rank table, one line per group of ranks in the same state, cut at the width."""
+    from rich.text import Text  # noqa: PLC0415
+
+    table = report.ranks
+    assert table is not None
+    out.line(f"Ranks ({len(table.ranks)}, by state):", style="bold")
+    for line in table.lines():
+        style = "bold red" if line.endswith("← culprit") else ""
+        out.console.print(Text("  " + line, style=style), overflow="ellipsis", no_wrap=True)
 
 
 def _problem(out: _Printer, p: Problem, heading: str) -> None:

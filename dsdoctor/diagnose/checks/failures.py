@@ -9,11 +9,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from dsdoctor.diagnose import ranks as rank_table
 from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
 from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
 from dsdoctor.diagnose.verdict import FATAL_CAUSES
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.run_sources import launches
+from dsdoctor.logs.rankfacts import LOST_PEER
 from dsdoctor.model import Finding, Symptom
 
 # ------------------------------------------------------------------------ DS107 hang/timeouts
@@ -44,6 +46,21 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
     causes: list[str] = []
     fixes: list[str] = []
     path = None
+    # 0. The ranks' own lines: the rank that made the others wait (diagnose/ranks.py).
+    table = rank_table.build(ctx.rank_facts)
+    culprit = table.culprit if table is not None else None
+    if culprit is not None and culprit.kind != "failed-first":
+        causes.append(culprit.sentence)
+        where = f" at {culprit.frame.short}" if culprit.frame is not None else ""
+        who = "rank" if len(culprit.ranks) == 1 else "ranks"
+        names = rank_table.rank_ranges(culprit.ranks)
+        did = ("fell behind: find what it did instead (its last lines, py-spy dump)"
+               if culprit.kind == "behind" else f"took a path the others did not{where}")
+        fixes.append(
+            f"make every rank run the same collectives in the same order: {who} {names} {did} "
+            "(a collective under `if rank == 0`, an early return or break on some ranks, "
+            "generate() without synced_gpus=True under ZeRO-3); raising the timeout would only "
+            "delay the same hang")
     # 1. A rank that died first: the others wait for it until the timeout.
     hang_lines = {(e.file, e.line) for e in s.evidence}
     consequence = False
@@ -53,14 +70,17 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
             continue
         if kind == "python-exception":
             # The timeout itself is raised as an exception: only another error counts.
+            # nor is a lost peer ("Connection closed by peer"): that is the consequence of
+            # another rank's exit, the waiting rank's, never a failure that explains the hang
             own = [e for e in other.evidence if (e.file, e.line) not in hang_lines
-                   and not _TIMEOUT_TEXT.search(e.text)]
+                   and not _TIMEOUT_TEXT.search(e.text) and not LOST_PEER.search(e.text)
+                   and not rank_table.STOPPED.search(e.text)]
             if not own:
                 continue
-            where = own[0]
+            where_ev = own[0]
         else:
-            where = other.first
-        causes.append(f"another rank failed ({kind} at line {where.line}) and the others "
+            where_ev = other.first
+        causes.append(f"another rank failed ({kind} at line {where_ev.line}) and the others "
                       "lost it or waited for it until the timeout; fix that failure")
         consequence = True
         break
@@ -100,23 +120,35 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
                       "the classic cause is generate() without synced_gpus=True on one rank "
                       "(give --config and --script to check)")
         ctx.missing(rule.code, "the ZeRO stage behind the all-gather", "--config ds_config.json")
+    same = table is not None and table.agreement == "same-collective"
     if not causes:
-        causes.append("a slow step (checkpoint saving, evaluation or data loading on one "
-                      "rank) longer than the timeout, or a network problem between GPUs/nodes")
+        causes.append("every rank waits in the same collective: a slow step (checkpoint "
+                      "saving, evaluation or data loading on one rank) longer than the timeout, "
+                      "or a network problem between GPUs/nodes" if same else
+                      "a rank that never reached this collective (another code path, a slow "
+                      "step on one rank) or a network problem between GPUs/nodes")
     if s.patterns.get("hccl-timeout"):  # Ascend NPUs: HCCL has its own timeouts and logs
         fixes.append("find the rank that did not arrive (its plog under ~/ascend/log, with "
                      "ASCEND_GLOBAL_EVENT_ENABLE=1); if a step is legitimately long, raise "
                      "HCCL_EXEC_TIMEOUT (collectives) or HCCL_CONNECT_TIMEOUT (set-up) on every rank")
-    else:
+    elif culprit is None or culprit.kind == "failed-first":
+        # "raise the timeout" only when every rank is seen in the same collective: a desync
+        # or a rank that never arrived hangs just the same after a longer timeout
         fixes.append("rerun with NCCL_DEBUG=INFO (and TORCH_DISTRIBUTED_DEBUG=DETAIL) to see "
-                     "which rank is missing; if a step is legitimately long, raise the timeout "
-                     "(Trainer --ddp_timeout, deepspeed.init_distributed(timeout=...))")
+                     "which rank is missing; " + (
+                         "if a step is legitimately long, raise the timeout (Trainer "
+                         "--ddp_timeout, deepspeed.init_distributed(timeout=...))" if same else
+                         "raise the timeout only once every rank is seen waiting in the same "
+                         "collective (a log per rank, or dsdoctor watch --pid while it hangs)"))
     # A peer lost because another rank died is fully explained by that rank's finding.
     if consequence and lost_peer:
         return
     # A timeout that only follows another rank's failure is a consequence, not the problem.
+    # A consequence of another failure, or a hang DS202 explains (ZeRO-3 generate without
+    # synced_gpus): that finding leads the problem, this one backs it.
+    explained = consequence or (stage == 3 and bool(gen))
     yield finding(head + " Likely: " + "; ".join(causes) + ".", fix="; ".join(fixes) + ".",
-                  path=path, evidence=s.evidence, severity="warning" if consequence else "")
+                  path=path, evidence=s.evidence, severity="warning" if explained else "")
 
 
 # --------------------------------------------------------------------- DS108 op build failure

@@ -1,0 +1,221 @@
+"""What each rank's lines say, gathered while the scan reads them, in constant memory per rank.
+
+A hang's culprit is the rank that differs from the others: the one in another collective, in no
+collective, with a lower watchdog count, or the one that failed first (diagnose/ranks.py judges
+that). The judgement needs, per rank, the *last* things it printed: its last traceback's frames,
+its exception, its watchdog numbers, its step. The symptom aggregator keeps the first lines of a
+few ranks and the fact collector the first few hundred facts, so neither can tell 256 ranks'
+last frames; this collector keeps exactly that, bounded per rank (MAX_FRAMES) and in ranks
+(MAX_RANKS), fed by the scanner for every matched line that carries a rank (a ``[rank3]:``-style
+prefix, a ``rank`` field, or a file named per rank).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: Ranks tracked (a 4096-GPU job's every rank); lines of further ranks are not tracked.
+MAX_RANKS = 4096
+#: A traceback's innermost frames kept per rank: a ZeRO-3 stack is 60 frames deep, and its
+#: collective and the user's call site are both near the inner end.
+MAX_FRAMES = 48
+#: Text kept of a rank's last line and exception (the evidence cut is 500; a table cell is less).
+TEXT_CHARS = 300
+
+_PY_FRAME = re.compile(r'File "(?P<file>[^"\n]+)", line (?P<line>\d+), in (?P<func>\S+)')
+_RICH_FRAME = re.compile(r'│ (?P<file>[\w./~-]+\.py):(?P<line>\d+) in (?P<func>[\w<>.]+)')
+#: ``--local_rank=1`` in the DeepSpeed launcher's exit line (its regex has no rank field): on
+#: one node the local rank is the rank.
+_LOCAL_RANK_ARG = re.compile(r"--local_rank[= ](\d+)")
+#: A peer that went away while this rank waited: the consequence of another rank's exit.
+LOST_PEER = re.compile(r"closed by peer|Connection reset by peer|remote worker crash|"
+                       r"NCCL communicator was aborted|Observed flight recorder dump signal from "
+                       r"another rank", re.I)
+#: Hang patterns that say this rank's own collective timed out (not that a peer was lost).
+TIMEOUT_PATTERNS = frozenset({
+    "nccl-watchdog-timeout", "nccl-watchdog-exception", "nccl-pg-status", "nccl-dump-signal",
+    "gloo-timeout", "gloo-monitored-barrier", "dist-backend-error", "nccl-heartbeat-monitor"})
+#: Watchdog values kept per rank (the last line that states each wins).
+WATCHDOG_FIELDS = ("op", "seq", "timeout_ms", "last_enqueued", "last_completed", "pg")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One traceback frame: ``train.py:56 in mean_loss``."""
+
+    file: str
+    line: int
+    function: str
+
+    @property
+    def short(self) -> str:
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line} in {self.function}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "function": self.function}
+
+
+@dataclass(frozen=True)
+class Where:
+    """A log line: file, line number and its (cut) text."""
+
+    file: str
+    line: int
+    text: str
+
+
+@dataclass(frozen=True)
+class RankFacts:
+    """What one rank's lines said, the last of each kind (see :class:`RankCollector`)."""
+
+    rank: int
+    last: Where | None = None  # the last line read for this rank (any pattern)
+    step: int | None = None  # the last step it printed
+    exception: str | None = None  # "RuntimeError: ..." of its last exception line
+    exception_at: Where | None = None
+    frames: tuple[Frame, ...] = ()  # its last traceback's innermost frames, outermost first
+    timed_out: Where | None = None  # its own collective timed out (gloo, the NCCL watchdog)
+    lost_peer: Where | None = None  # the first line that says a peer went away while it waited
+    watchdog: dict[str, Any] = field(default_factory=dict)  # op, seq, last_enqueued, ... as read
+    exit_code: int | None = None
+    exit_at: Where | None = None
+
+
+@dataclass
+class _State:
+    last: tuple[str, int, str] | None = None
+    step: int | None = None
+    exception: str | None = None
+    exception_at: tuple[str, int, str] | None = None
+    frames: deque = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
+    # True when this range saw the traceback's start (a parallel range may begin mid-traceback)
+    frames_started: bool = False
+    timed_out: tuple[str, int, str] | None = None
+    lost_peer: tuple[str, int, str] | None = None
+    watchdog: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    exit_at: tuple[str, int, str] | None = None
+
+
+def _where(t: tuple[str, int, str] | None) -> Where | None:
+    return None if t is None else Where(t[0], t[1], " ".join(t[2].split())[:TEXT_CHARS])
+
+
+class RankCollector:
+    """Per rank, the last of each thing its lines said. ``add`` is called for every matched line
+    that has a rank; it keeps references and small values only (the text is cut at ``facts``)."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, _State] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._ranks)
+
+    def add(self, emits: str, pattern_id: str, file: str, line: int, text: str, rank: int | None,
+            values: dict[str, Any]) -> None:
+        if rank is None and emits == "launcher-nonzero-exit":
+            m = _LOCAL_RANK_ARG.search(text)
+            rank = int(values["local_rank"]) if isinstance(values.get("local_rank"), int) else (
+                int(m.group(1)) if m else None)
+        if rank is None or rank < 0:
+            return
+        st = self._ranks.get(rank)
+        if st is None:
+            if len(self._ranks) >= MAX_RANKS:
+                return
+            st = self._ranks[rank] = _State()
+        here = (file, line, text)
+        st.last = here
+        if emits == "timeline":
+            step = values.get("step")
+            if isinstance(step, int) or (isinstance(step, float) and step.is_integer()):
+                st.step = int(step)
+        elif emits == "fact:traceback-start":
+            st.frames.clear()
+            st.frames_started = True
+        elif emits == "fact:traceback-frame":
+            m = _PY_FRAME.search(text) or _RICH_FRAME.search(text)
+            if m:
+                st.frames.append(Frame(m["file"], int(m["line"]), m["func"]))
+        elif emits == "python-exception":
+            exc_type, msg = values.get("exc_type"), values.get("message")
+            if exc_type:
+                st.exception = f"{exc_type}: {msg}" if msg else str(exc_type)
+                st.exception_at = here
+            if LOST_PEER.search(text):
+                st.lost_peer = st.lost_peer or here
+        elif emits == "fact:peer-connection-closed":
+            st.lost_peer = st.lost_peer or here
+        elif emits == "hang":
+            for name in WATCHDOG_FIELDS:
+                if name in values:
+                    st.watchdog[name] = values[name]
+            if LOST_PEER.search(text):
+                st.lost_peer = st.lost_peer or here
+            elif "from_rank" in values:
+                pass  # another rank's timeout signalled to this one: its counts, not its timeout
+            elif pattern_id in TIMEOUT_PATTERNS and st.timed_out is None:
+                st.timed_out = here  # the first: when this rank's wait ran out
+        elif emits == "launcher-nonzero-exit":
+            code = values.get("exit_code")
+            if isinstance(code, int):
+                st.exit_code, st.exit_at = code, here
+
+    def merge(self, later: RankCollector, shift: int) -> None:
+        """Fold the collector of a later range of the same file (its lines shifted by ``shift``):
+        what it saw last wins; a traceback it saw without its start continues this one's."""
+        def moved(t: tuple[str, int, str] | None) -> tuple[str, int, str] | None:
+            return None if t is None else (t[0], t[1] + shift, t[2])
+
+        for rank, b in later._ranks.items():
+            a = self._ranks.get(rank)
+            if a is None:
+                if len(self._ranks) >= MAX_RANKS:
+                    continue
+                a = self._ranks[rank] = _State()
+            a.last = moved(b.last) or a.last
+            a.step = b.step if b.step is not None else a.step
+            if b.exception_at is not None:
+                a.exception, a.exception_at = b.exception, moved(b.exception_at)
+            if b.frames_started:
+                a.frames = deque(b.frames, maxlen=MAX_FRAMES)
+                a.frames_started = True
+            else:
+                a.frames.extend(b.frames)
+            a.timed_out = a.timed_out or moved(b.timed_out)
+            a.lost_peer = a.lost_peer or moved(b.lost_peer)
+            a.watchdog.update(b.watchdog)
+            if b.exit_at is not None:
+                a.exit_code, a.exit_at = b.exit_code, moved(b.exit_at)
+
+    def facts(self) -> dict[int, RankFacts]:
+        """The frozen facts of every rank seen, by rank."""
+        out: dict[int, RankFacts] = {}
+        for rank in sorted(self._ranks):
+            st = self._ranks[rank]
+            out[rank] = RankFacts(
+                rank=rank, last=_where(st.last), step=st.step,
+                exception=" ".join(st.exception.split())[:TEXT_CHARS] if st.exception else None,
+                exception_at=_where(st.exception_at), frames=tuple(st.frames),
+                timed_out=_where(st.timed_out), lost_peer=_where(st.lost_peer),
+                watchdog=dict(st.watchdog), exit_code=st.exit_code, exit_at=_where(st.exit_at))
+        return out
+
+
+def with_text(facts: RankFacts, fn: Callable[[str], str]) -> RankFacts:
+    """``facts`` with every text passed through ``fn`` (the report's redactor: a token printed
+    on a rank's last line never reaches the output)."""
+    def w(x: Where | None) -> Where | None:
+        return None if x is None else replace(x, text=fn(x.text))
+
+    return replace(facts, last=w(facts.last), exception_at=w(facts.exception_at),
+                   exception=fn(facts.exception) if facts.exception else facts.exception,
+                   timed_out=w(facts.timed_out), lost_peer=w(facts.lost_peer),
+                   exit_at=w(facts.exit_at))
+
+
+__all__ = ["MAX_FRAMES", "MAX_RANKS", "Frame", "RankCollector", "RankFacts", "Where", "with_text"]
