@@ -12,3 +12,16 @@ def test_fp16_max_is_65504_and_bf16_has_fp32_range() -> None:
     assert torch.finfo(torch.float16).max == 65504.0
     # bf16 keeps fp32's 8 exponent bits: the same largest power of two
     assert torch.finfo(torch.bfloat16).max > 3e38 and torch.finfo(torch.float32).max < 3.5e38
+
+
+def test_optimizer_and_scheduler_params_typo_is_a_type_error() -> None:
+    """DeepSpeed builds the optimizer and the scheduler with the config's params as keywords
+    (engine.py: ``torch.optim.AdamW(model_parameters, **optimizer_parameters)``,
+    ``scheduler(optimizer, **scheduler_params)``): a misspelled key is a TypeError, not ignored."""
+    lr_schedules = pytest.importorskip("deepspeed.runtime.lr_schedules")
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'weight_decy'"):
+        torch.optim.AdamW(params, **{"lr": 2e-5, "weight_decy": 0.1})
+    opt = torch.optim.AdamW(params, lr=2e-5)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'warmup_num_step'"):
+        lr_schedules.WarmupLR(opt, **{"warmup_num_step": 100})
