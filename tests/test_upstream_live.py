@@ -25,3 +25,17 @@ def test_optimizer_and_scheduler_params_typo_is_a_type_error() -> None:
     opt = torch.optim.AdamW(params, lr=2e-5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'warmup_num_step'"):
         lr_schedules.WarmupLR(opt, **{"warmup_num_step": 100})
+
+
+def test_number_strings_deepspeed_converts_and_refuses() -> None:
+    """DeepSpeed's pydantic models parse "3" and "500000000" but refuse "5e8" for an int; PyYAML
+    (YAML 1.1) reads a bare 5e8 as the string "5e8" (5.0e+8 is a float)."""
+    yaml = pytest.importorskip("yaml")
+    zero_config = pytest.importorskip("deepspeed.runtime.zero.config")
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    assert zero_config.DeepSpeedZeroConfig(stage="3").stage == 3
+    assert zero_config.DeepSpeedZeroConfig(reduce_bucket_size="500000000").reduce_bucket_size == 500000000
+    with pytest.raises(ValidationError, match="unable to parse string as an integer"):
+        zero_config.DeepSpeedZeroConfig(reduce_bucket_size="5e8")
+    assert yaml.safe_load("a: 5e8\nb: 5.0e+8") == {"a": "5e8", "b": 5.0e8}

@@ -166,6 +166,8 @@ class BadValue:
     reason: str
 
 
+#: A string pydantic parses as an int: digits, maybe a sign and underscores, maybe ".0".
+_INT_STRING = re.compile(r"[+-]?\d[\d_]*(?:\.0*)?")
 _BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
 
 
@@ -216,6 +218,9 @@ def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
             return f"must be a number ({typ})"
         if typ == "int" and not n.is_integer():
             return "must be a whole number"
+        if typ == "int" and isinstance(value, str) and not _INT_STRING.fullmatch(value.strip()):
+            # pydantic parses "500000000" (and v2 "5.0") as an int, never "5e8": int_parsing
+            return "must be an integer: pydantic cannot parse this string as one"
     if n is not None:
         for bound, word in (("gt", "greater than"), ("ge", "at least"),
                             ("lt", "less than"), ("le", "at most")):
