@@ -39,3 +39,37 @@ def test_number_strings_deepspeed_converts_and_refuses() -> None:
     with pytest.raises(ValidationError, match="unable to parse string as an integer"):
         zero_config.DeepSpeedZeroConfig(reduce_bucket_size="5e8")
     assert yaml.safe_load("a: 5e8\nb: 5.0e+8") == {"a": "5e8", "b": 5.0e8}
+
+
+def test_sigusr1_ends_a_process_without_a_handler() -> None:
+    """SLURM's --signal=USR1@N warning kills a process that installed no handler."""
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.wait(timeout=20) == -signal.SIGUSR1
+    finally:
+        proc.kill()
+
+
+def test_no_upstream_sigusr1_handler() -> None:
+    """No source of the installed Transformers, Accelerate or DeepSpeed mentions SIGUSR1, so none
+    installs a handler for SLURM's warning signal; torchrun does not handle it by default."""
+    import importlib.util  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    for name in ("transformers", "accelerate", "deepspeed"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            pytest.skip(f"{name} is not installed")
+        root = Path(spec.origin).parent
+        hits = [p for p in root.rglob("*.py") if "SIGUSR1" in p.read_text(errors="replace")]
+        assert hits == [], hits
+    # torchrun forwards SIGUSR1 only when --signals-to-handle names it (to ranks with no handler)
+    run = importlib.util.find_spec("torch.distributed.run")
+    if run is not None and run.origin is not None:
+        text = Path(run.origin).read_text()
+        assert 'default="SIGTERM,SIGINT,SIGHUP,SIGQUIT"' in text or "SIGUSR1" not in text
