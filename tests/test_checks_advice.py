@@ -190,3 +190,58 @@ def test_cuda_mismatch_fix_offers_only_what_exists(tmp_path: Path) -> None:
     assert "DS_SKIP_CUDA_CHECK" not in old
     minor = fix("12.3", "12.1")  # same major: a torch build for 12.x exists, the skip is an option
     assert "torch build for CUDA 12.3" in minor and "DS_SKIP_CUDA_CHECK=1" in minor
+
+
+# DeepSpeed's loss scaler line (deepspeedai/DeepSpeed#931) and a Trainer log dict; a long run
+# overflows about once per loss_scale_window (1000) steps, the scale back up before each.
+_PERIODIC_OVERFLOW = ("[2023-04-28 06:51:30,648] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
+                      "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
+
+
+def _analyze(tmp_path: Path, log: str) -> Any:
+    from dsdoctor.diagnose.pipeline import analyze  # noqa: PLC0415
+    from dsdoctor.facts.inputs import AnalysisInputs  # noqa: PLC0415
+
+    path = tmp_path / "train.log"
+    path.write_text(log, encoding="utf-8")
+    return analyze(AnalysisInputs.of(logs=[str(path)]))
+
+
+def test_periodic_overflows_of_a_long_run_are_no_collapse(tmp_path: Path) -> None:
+    """Issue 20: 60 overflows over a long run whose scale recovered each time (the scaler doubles
+    it after loss_scale_window clean steps: loss_scaler.py:295-299 at v0.19.5) are no collapse;
+    the same start with most steps skipped is one."""
+    lines = []
+    for i in range(60):
+        lines += [_PERIODIC_OVERFLOW,
+                  f"{{'loss': {2.1 - i * 0.01:.4f}, 'grad_norm': 1.41, 'learning_rate': 4.8e-05, "
+                  f"'epoch': {0.04 + i * 0.05:.2f}}}"]
+    long_run = "\n".join(lines) + "\n"
+    (tmp_path / "long").mkdir()
+    rules = {f.rule for f in _run(tmp_path / "long", log=long_run)}
+    assert "DS102" not in rules and "DS101" in rules
+    (tmp_path / "fate").mkdir()
+    assert _analyze(tmp_path / "fate", long_run).verdict.fate == "recovered"
+    # deepspeedai/DeepSpeed#931's engine line format, with most steps skipped
+    skipped = (_PERIODIC_OVERFLOW + "\n[2023-04-28 06:59:46,878] [INFO] [logging.py:96:log_dist] "
+               "[Rank 0] step=100, skipped=90, lr=[4.8e-05], mom=[(0.9, 0.999)]\n")
+    (tmp_path / "skipped").mkdir()
+    f = _one(_run(tmp_path / "skipped", log=skipped), "DS102")
+    assert "90 of 100 steps were skipped" in f.message and "would not help" in f.fix
+
+
+def test_inf_grad_norm_of_a_skipped_fp16_step_is_no_nan_loss(tmp_path: Path) -> None:
+    """Issue 20: DeepSpeed 0.19.8's ZeRO-1/2 and ZeRO-3 set the grad norm to inf on an overflow
+    (stage_1_and_2.py:3050-3052, stage3.py:2828-2829) and the Trainer logs it beside a finite
+    loss: a skipped step, not a NaN loss, and the run is not 'not-learning'."""
+    log = (_PERIODIC_OVERFLOW + "\n"
+           "{'loss': 2.3514, 'grad_norm': inf, 'learning_rate': 4.9e-05, 'epoch': 0.02}\n"
+           "{'loss': 2.1107, 'grad_norm': 1.41, 'learning_rate': 4.8e-05, 'epoch': 0.04}\n")
+    rules = {f.rule for f in _run(tmp_path, log=log)}
+    assert "DS103" not in rules and "DS101" in rules
+    (tmp_path / "fate").mkdir()
+    assert _analyze(tmp_path / "fate", log).verdict.fate == "recovered"
+    # a NaN loss beside it still is one
+    nan = log + "{'loss': 'nan', 'grad_norm': 'nan', 'learning_rate': '4.7e-05', 'epoch': '0.06'}\n"
+    (tmp_path / "nan").mkdir()
+    assert "DS103" in {f.rule for f in _run(tmp_path / "nan", log=nan)}

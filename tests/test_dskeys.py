@@ -40,8 +40,11 @@ def test_one_table_per_minor_release_from_0_9() -> None:
 
 def test_comment_keys_are_not_typos() -> None:
     t = dskeys.table_for("0.19.8")
-    assert t.check({"_comment": "see README", "optimizer": {"params": {"_note": 1}}}) == []
-    # ... but a strict section still refuses them, so they are reported there
+    assert t.check({"_comment": "see README", "aio": {"_note": 1}}) == []
+    # ... but a strict section still refuses them, and optimizer.params passes them to the
+    # optimizer's constructor (a TypeError), so they are reported there
+    (u,) = t.check({"optimizer": {"params": {"_note": 1}}})
+    assert u.rejected and "TypeError" in u.reason
     (u,) = t.check({"zero_optimization": {"_comment": "x"}})
     assert u.rejected and u.path == "zero_optimization._comment"
 
@@ -80,7 +83,8 @@ def test_check_reports_ignored_and_refused_keys_with_suggestions() -> None:
         # "auto" is dropped before validation: an unknown key set to "auto" is ignored, not refused
         "zero_optimization.contigous_gradients": (False, "zero_optimization.contiguous_gradients"),
         "zero_optimization.offload_param.pin_mem": (True, "zero_optimization.offload_param.pin_memory"),
-        "optimizer.params.weight_decy": (False, "optimizer.params.weight_decay"),
+        # passed to the optimizer's constructor: a TypeError (engine.py _configure_basic_optimizer)
+        "optimizer.params.weight_decy": (True, "optimizer.params.weight_decay"),
     }
     old = {u.path: u.rejected for u in dskeys.table_for("0.14.4").check(cfg)}
     assert old["fp16.intial_scale_power"] is False and "amp" not in old

@@ -227,6 +227,20 @@ def _steps_after(points: Sequence[TimelinePoint], where: tuple[str, int]) -> boo
                for p in points)
 
 
+#: The Trainer's ``'grad_norm': inf`` pattern (formats/hf-trainer.yaml).
+_GRAD_NORM_PATTERN = "hf-grad-norm-nonfinite"
+
+
+def skipped_step_norms(nan: Symptom | None, overflow: Symptom | None) -> bool:
+    """The only non-finite values are the Trainer's ``'grad_norm': inf`` beside a finite loss, in
+    a log whose fp16 loss scaler skipped steps: the norm of a skipped step, not a NaN loss.
+    DeepSpeed's ZeRO-1/2 and ZeRO-3 set the norm to inf on an overflow (stage_1_and_2.py:3050-3052
+    and stage3.py:2828-2829 at 0.19.8; earlier releases keep the last step's norm) and the
+    Trainer logs the engine's get_global_grad_norm()."""
+    return (nan is not None and overflow is not None and set(nan.patterns) == {_GRAD_NORM_PATTERN}
+            and nan.values.get("value") == ["inf"])
+
+
 def _signal_of(s: Symptom | None) -> int | None:
     """The signal a launcher-nonzero-exit (or cpu-oom) symptom reports, if any."""
     if s is None:
@@ -420,6 +434,8 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         reasons.append(f"{progress.steps_skipped} of {progress.steps_done} steps were "
                        f"skipped{where}")
     nan = get("nan-loss")
+    if skipped_step_norms(nan, get("fp16-overflow")):
+        nan = None  # a skipped step's grad norm: judged with the overflows below
     if nan is not None:
         reasons.append(f"the loss or grad norm became NaN/inf ({nan.count} time(s), first at line "
                        f"{nan.first.line})")

@@ -5,8 +5,9 @@ config models and sources by ``scripts/gen_ds_keys.py``; nothing here imports De
 
 What a release does with an unknown key decides the severity: sections parsed by a pydantic model
 with ``extra="forbid"`` (``zero_optimization``, ``fp16``, ``bf16``, the offload sections, ...)
-refuse to start (an error), while misspelled top-level keys and sections read key by key
-(``optimizer.params``, ``scheduler.params``, ``aio``...) are silently ignored and their defaults
+refuse to start (an error), and so do ``optimizer.params`` and ``scheduler.params``, whose keys
+DeepSpeed passes to the optimizer's or scheduler's constructor (a TypeError), while misspelled
+top-level keys and sections read key by key (``aio``...) are silently ignored and their defaults
 used (a warning: the setting has no effect). A value of ``"auto"`` is dropped before validation
 in releases that have pydantic sections, so an unknown key set to ``"auto"`` is ignored, not
 refused.
@@ -23,6 +24,12 @@ from functools import lru_cache
 from typing import Any
 
 from dsdoctor.facts.configfile import lookup
+
+#: Sections whose every key DeepSpeed passes as a keyword to a constructor: a key the class does
+#: not take raises a TypeError at deepspeed.initialize (engine.py _configure_basic_optimizer,
+#: ``torch.optim.AdamW(model_parameters, **optimizer_parameters)``, and _scheduler_from_config,
+#: ``scheduler(optimizer, **scheduler_params)``, 0.9.5 to 0.19.5).
+CONSTRUCTOR_SECTIONS = {"optimizer.params": "optimizer", "scheduler.params": "LR scheduler"}
 
 _FILE = re.compile(r"^ds_keys_(\d+(?:\.\d+)*)\.json$")
 
@@ -115,10 +122,14 @@ class KeyTable:
                 if key in self.section_keys(section):
                     continue
                 # pydantic sections drop "auto" before validating: an unknown "auto" key is ignored
-                rejected = strict and item != "auto"
+                rejected = (strict and item != "auto") or section in CONSTRUCTOR_SECTIONS
                 if not rejected and is_comment_key(key):
                     continue  # "_comment": a note for people, harmless where it is ignored
-                if rejected:
+                if section in CONSTRUCTOR_SECTIONS:  # whatever the value: the keyword is unknown
+                    reason = (f"DeepSpeed {self.release} passes every key of '{section}' to the "
+                              f"{CONSTRUCTOR_SECTIONS[section]}'s constructor, which raises a "
+                              f"TypeError (unexpected keyword argument '{key}')")
+                elif rejected:
                     reason = (f"DeepSpeed {self.release} refuses unknown keys in '{section}' "
                               "(Extra inputs are not permitted)")
                 else:
@@ -155,6 +166,8 @@ class BadValue:
     reason: str
 
 
+#: A string pydantic parses as an int: digits, maybe a sign and underscores, maybe ".0".
+_INT_STRING = re.compile(r"[+-]?\d[\d_]*(?:\.0*)?")
 _BOOL_STRINGS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
 
 
@@ -205,6 +218,9 @@ def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
             return f"must be a number ({typ})"
         if typ == "int" and not n.is_integer():
             return "must be a whole number"
+        if typ == "int" and isinstance(value, str) and not _INT_STRING.fullmatch(value.strip()):
+            # pydantic parses "500000000" (and v2 "5.0") as an int, never "5e8": int_parsing
+            return "must be an integer: pydantic cannot parse this string as one"
     if n is not None:
         for bound, word in (("gt", "greater than"), ("ge", "at least"),
                             ("lt", "less than"), ("le", "at most")):
@@ -315,6 +331,7 @@ def releases_rejecting(path: str, value: Any = None) -> list[str]:
         if ((not section and key in t.removed_top_level)
                 or (section == "zero_optimization" and key in t.removed_zero)
                 or (section and t.is_strict(section) and key not in t.section_keys(section)
-                    and value != "auto")):
+                    and value != "auto")
+                or (section in CONSTRUCTOR_SECTIONS and key not in t.section_keys(section))):
             out.append(rel)
     return out

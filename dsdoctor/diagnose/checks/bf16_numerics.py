@@ -4,9 +4,11 @@ but loses precision the config can buy back.
 
 What DeepSpeed does with ``data_types.grad_accum_dtype`` (runtime/engine.py,
 ``_do_optimizer_sanity_check``, the same from 0.7.6 to 0.19.8): with bf16 and ZeRO stage 1 without
-CPU offload, ``"fp32"`` selects the BF16_Optimizer, which accumulates gradients in fp32; ZeRO
-stages 2 and 3 never read the key (their gradient partitions stay in bf16); and without ZeRO a
-bf16 model with fp32 accumulation is an "unsupported mix" (NotImplementedError).
+CPU offload, ``"fp32"`` selects the BF16_Optimizer, which accumulates gradients in fp32; without
+ZeRO a bf16 model with fp32 accumulation is an "unsupported mix" (NotImplementedError). Since
+0.10.1 the ZeRO-1/2 and ZeRO-3 optimizers take it too (``gradient_accumulation_dtype``,
+engine.py:2384 and 2466 at v0.19.5; stage_1_and_2.py:1105-1107 sums in it); before, stages 2/3
+never read it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from dsdoctor.diagnose.checks.common import finding, show_json
+from dsdoctor.diagnose.checks.common import finding, show_json, version_tuple
 from dsdoctor.diagnose.checks.runfacts import offload_device, precision, world_size, zero_stage
 from dsdoctor.facts.context import Context
 from dsdoctor.model import Finding
@@ -25,6 +27,8 @@ from dsdoctor.model import Finding
 MANY_TERMS = 8
 
 ACCUM_KEY = "data_types.grad_accum_dtype"
+#: The first release whose ZeRO-1/2 and ZeRO-3 optimizers accumulate in grad_accum_dtype.
+ZERO_READS_ACCUM = (0, 10, 1)
 COMM_KEY = "communication_data_type"
 
 
@@ -95,7 +99,22 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
                 + " (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps with a "
                 "larger micro batch")
         return
-    # Stage 2/3, or stage 1 with optimizer offload: the key is not read.
+    version = version_tuple(ctx.ds_version)
+    if version is None or version >= ZERO_READS_ACCUM:
+        if written == "fp32":
+            return  # the ZeRO optimizer sums the gradients in fp32
+        release = (f"DeepSpeed {ctx.ds_version}" if ctx.ds_version_source != "default"
+                   else "DeepSpeed 0.10.1 and later")
+        yield finding(
+            f"bf16 with {steps} and ZeRO stage {stage}: the micro-batches' gradients are summed "
+            f"in bf16 (8 bits of mantissa) unless {ACCUM_KEY} says otherwise; {release} "
+            f"accumulates in the dtype it names at every ZeRO stage.",
+            path=ACCUM_KEY if ctx.cfg_has(ACCUM_KEY) else "bf16",
+            fix=_adding(ctx, '"data_types": {"grad_accum_dtype": "fp32"}') + " (fp32 gradient "
+                "buffers: more GPU memory), or accumulate fewer steps with a larger micro batch",
+            change={"op": "set", "path": ACCUM_KEY, "old": ctx.cfg_get(ACCUM_KEY), "new": "fp32"})
+        return
+    # Before 0.10.1, stage 2/3 or stage 1 with optimizer offload: the key is not read.
     why = f"ZeRO stage {stage}" + (f" with optimizer offload ({offload})" if offload else "")
     if written == "fp32":
         yield finding(

@@ -245,15 +245,25 @@ def numbers_as_strings(ctx: Context, rule: Any) -> Iterator[Finding]:
     doc = lintable(ctx)
     if doc is None:
         return
+    # a string pydantic cannot parse ("5e8" for an int) is refused: DS319 says so
+    refused = {bad.path for bad in dskeys.table_for(ctx.ds_version).check_values(doc.data)}
     for key in _NUMERIC_KEYS:
         v = doc.get(key)
-        if not isinstance(v, str) or v == "auto" or as_numlike(v) is None:
+        if not isinstance(v, str) or v == "auto" or as_numlike(v) is None or key in refused:
             continue
         new = strip_strings(v)
         if key in _BATCH:
             effect = ("DeepSpeed computes with it and crashes at deepspeed.initialize with a "
                       "TypeError (e.g. 'unsupported operand type(s) for //: 'str' and 'int'')")
             sev = "error"
+        elif key == "zero_optimization.stage":
+            effect = ("DeepSpeed's config model converts it, but Transformers' and Accelerate's "
+                      "HfDeepSpeedConfig compare the stage with the number (is_zero3: "
+                      "self._stage == 3), so they do not see ZeRO-3 and from_pretrained does not "
+                      "load the model under deepspeed.zero.Init") if as_numlike(v) == 3 else (
+                "DeepSpeed's config model converts it, but Transformers' and Accelerate's "
+                "HfDeepSpeedConfig keep the string and compare the stage with numbers")
+            sev = "error" if as_numlike(v) == 3 else "warning"
         elif key.startswith(("optimizer.", "scheduler.")) or key == "gradient_clipping":
             effect = "DeepSpeed passes the string on, and the optimizer/engine fails when it computes with it"
             sev = "error"

@@ -415,8 +415,11 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
                "(--resume_from_checkpoint / engine.load_checkpoint)")
     else:
         fix = ("resume from the last checkpoint in a new job, and ask for more time (--time) or "
-               "save more often (--save_steps); sbatch --signal=USR1@300 gives 5 minutes to save "
-               "before the limit")
+               "save more often (--save_steps). A warning signal before the limit "
+               "(sbatch --signal=B:USR1@300) helps only with a handler of your own that saves: "
+               "the Trainer, Accelerate, DeepSpeed and torchrun (by default) do not handle SIGUSR1, whose "
+               "default action ends the process, so without one it kills the ranks 5 minutes "
+               "early without saving")
     yield finding(msg, fix=fix + ".", evidence=_evidence(s) + tuple(e for _, e in saves[-1:]))
 
 

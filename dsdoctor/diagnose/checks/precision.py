@@ -4,9 +4,11 @@ zero losses (DS103, DS104), bf16 models in fp16 (DS201), bf16 before Ampere (DS2
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
+from dsdoctor.diagnose import verdict
 from dsdoctor.diagnose.checks.common import (
     ampere_ok,
     bf16_in_use,
@@ -34,8 +36,13 @@ from dsdoctor.model import Evidence, Finding, Symptom
 #: More overflows than this, or a scale this low, is not the start-up search of the scaler.
 _BURST_MAX = 50
 _LOW_SCALE = 8.0
-#: The guide's initial_scale_power for a scaler that cannot find a scale (2**32).
-_SCALE_POWER_FIX = 32
+#: "Reducing hysteresis" lines between halvings when the scale never rose: DeepSpeed's default
+#: hysteresis is 2 (one such line), a config may set more (precision_config.py).
+_HYSTERESIS_SLACK = 4
+#: A run whose step lines say this share of its steps were skipped is not learning (as the
+#: verdict judges it: verdict.MAX_WARMUP_SKIPS, verdict.SKIPPED_SHARE_NOT_LEARNING).
+_MOSTLY_SKIPPED_MIN = 40
+_MOSTLY_SKIPPED_SHARE = 0.5
 
 
 def _lowest_scale(s: Symptom) -> Any:
@@ -59,21 +66,47 @@ def _steps_after(ctx: Context, ev: Evidence) -> int:
     return sum(1 for p in ctx.timeline if p.file == ev.file and p.line > ev.line)
 
 
+def scale_rose_again(s: Symptom) -> bool:
+    """More overflows than halvings from the first scale down to the lowest: the scale must have
+    risen in between, which DeepSpeed's DynamicLossScaler does only after ``loss_scale_window``
+    (1000 by default) steps without an overflow (loss_scaler.py:295-299 at v0.19.5), so the run
+    kept training between them."""
+    first, low = vals(s, "attempted_scale", "first"), _lowest_scale(s)
+    if not isinstance(first, (int, float)) or not isinstance(low, (int, float)) or low <= 0 \
+            or first < low:
+        return False
+    return s.count > math.log2(first / low) + _HYSTERESIS_SLACK
+
+
+def mostly_skipped(ctx: Context) -> bool:
+    """DeepSpeed's step lines (``step=N, skipped=M``) say most steps were skipped."""
+    done, skipped = ctx.run.value("steps_done"), ctx.run.value("steps_skipped")
+    return (isinstance(done, int) and isinstance(skipped, int) and skipped > _MOSTLY_SKIPPED_MIN
+            and skipped >= _MOSTLY_SKIPPED_SHARE * done)
+
+
 def is_collapse(ctx: Context) -> bool:
-    """The scaler gave up or is about to: minimum reached, or a long run of overflows."""
+    """The scaler gave up or is about to: minimum reached, a very low scale, most steps skipped,
+    or a long run of overflows that never let the scale rise again. A long healthy fp16 run
+    overflows about once per ``loss_scale_window`` all its life: its count alone says nothing."""
     if ctx.has_symptom("loss-scale-collapse"):
         return True
     s = ctx.symptom("fp16-overflow")
     if s is None:
         return False
     low = _lowest_scale(s)
-    return s.count > _BURST_MAX or (isinstance(low, (int, float)) and low <= _LOW_SCALE)
+    if isinstance(low, (int, float)) and low <= _LOW_SCALE:
+        return True
+    if mostly_skipped(ctx):
+        return True
+    return s.count > _BURST_MAX and not scale_rose_again(s)
 
 
 def fp16_overflow_warmup(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS101: a short burst of overflows while the dynamic scaler searches (normal)."""
     s = ctx.symptom("fp16-overflow")
-    if s is None or is_collapse(ctx) or ctx.has_symptom("nan-loss"):
+    if s is None or is_collapse(ctx) or (
+            ctx.has_symptom("nan-loss") and not skipped_step_norms(ctx)):
         return
     after = _steps_after(ctx, s.last)
     tail = (f" Training went on: {after} progress line(s) after the last overflow."
@@ -82,10 +115,20 @@ def fp16_overflow_warmup(ctx: Context, rule: Any) -> Iterator[Finding]:
     start = (f" (fp16.initial_scale_power {power.value})"
              if power is not None and power.source.kind != "default" else "")
     yield finding(
-        f"{_overflow_summary(s)}{start}. A few skipped steps at the start of fp16 training are "
-        f"the dynamic loss scaler searching for a scale that fits; it recovered.{tail}",
-        fix="Nothing to do. If it keeps happening later in training, see DS102.",
+        f"{_overflow_summary(s)}{start}. {_overflow_why(s)}{tail}",
+        fix="Nothing to do while the scale keeps recovering; if most steps are skipped or the "
+            "scale reaches its minimum, see DS102.",
         evidence=s.evidence)
+
+
+def _overflow_why(s: Symptom) -> str:
+    if scale_rose_again(s):
+        return ("The scale rose again between them: DeepSpeed's dynamic scaler doubles it after "
+                "loss_scale_window steps without an overflow (1000 by default) and halves it on "
+                "the next overflow, so a long fp16 run overflows now and then all its life; it "
+                "recovered each time.")
+    return ("A few skipped steps at the start of fp16 training are the dynamic loss scaler "
+            "searching for a scale that fits; it recovered.")
 
 
 def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -103,45 +146,22 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
         parts.append(f"the scaler reached its minimum {col.count} time(s) (line {col.first.line}"
                      f": {col.first.text[:120]!r})")
         ev[:0] = col.evidence
+    if mostly_skipped(ctx):
+        known = ctx.run.steps_skipped
+        where = f" (line {known.source.line})" if known is not None and known.source.line else ""
+        parts.append(f"{ctx.run.value('steps_skipped')} of {ctx.run.value('steps_done')} steps "
+                     f"were skipped{where}")
     why = ("This is not the start-up search: the scale keeps halving because the fp16 "
            "gradients overflow whatever the scale, so every step is skipped (the model does "
            "not learn) or the run stops")
     known_power = initial_scale_power(ctx)
     power = known_power.value if known_power is not None else None
-    bf16 = bf16_model(ctx)
-    fixes = []
-    path = None
-    if col is not None:
-        yield _collapse_at_minimum(ctx, parts, why, bf16, power, ev)
-        return
-    if bf16:
-        fixes.append(f"train in bf16 instead of fp16 ({bf16}): "
-                     '"bf16": {"enabled": true}, "fp16": {"enabled": false} (Ampere or newer), '
-                     "or fp32")
-    if power is None:
-        fixes.append("raise fp16.initial_scale_power to 32 (DeepSpeed's default is 16; give "
-                     "--config ds_config.json to see the run's value)")
-    elif power < _SCALE_POWER_FIX:
-        path = "fp16.initial_scale_power"
-        src = " (DeepSpeed's default)" if known_power is not None and \
-            known_power.source.kind == "default" else ""
-        fixes.append(f"raise fp16.initial_scale_power from {power}{src} to {_SCALE_POWER_FIX} "
-                     "(the guide's fix when the scaler cannot find a scale)")
-    else:
-        # The start is already high: the overflows come from the gradients, not from the scale.
-        path = "fp16.enabled"
-        fixes.append(f"fp16.initial_scale_power is already {power}, so a higher start will not "
-                     "help: the gradients overflow fp16 whatever the scale; lower the learning "
-                     "rate and set gradient_clipping")
-    if not bf16:
-        fixes.append("or switch to bf16 (Ampere or newer GPUs) / fp32")
-    yield finding("; ".join(parts) + f". {why}.",
-                  fix="; ".join(fixes) + ".", path=path, evidence=tuple(ev[:8]))
+    yield _collapse_finding(ctx, parts, why, bf16_model(ctx), power, ev)
 
 
-def _collapse_at_minimum(ctx: Context, parts: list[str], why: str, bf16: str | None,
-                         power: int | None, ev: list[Evidence]) -> Finding:
-    """DS102 when the scale reached its minimum: a higher start is no fix (issue 20).
+def _collapse_finding(ctx: Context, parts: list[str], why: str, bf16: str | None,
+                      power: int | None, ev: list[Evidence]) -> Finding:
+    """DS102's finding: a higher start is no fix (issue 20).
 
     DeepSpeed's dynamic scaler halves the scale on every overflow down to ``min_loss_scale`` and
     raises "Current loss scale already at minimum" there (deepspeed/runtime/fp16/loss_scaler.py,
@@ -149,6 +169,8 @@ def _collapse_at_minimum(ctx: Context, parts: list[str], why: str, bf16: str | N
     scaler with CreateLossScaler: stage_1_and_2.py:645, stage3.py:511). At the minimum (1 by
     default) the gradients overflow fp16 even unscaled, so starting from 2^32 only adds halvings
     before the same collapse (issue 20 reports the README sample's run collapsing again with 32).
+    Before the minimum the same holds: an overflow only ever halves the scale, so a higher start
+    adds overflows and never removes one.
     1.0 is the Trainer's default max_grad_norm (TrainingArguments, Transformers 5.23.0)."""
     clip = ctx.ds.get("gradient_clipping") if ctx.ds is not None else None
     fixes = []
@@ -168,11 +190,15 @@ def _collapse_at_minimum(ctx: Context, parts: list[str], why: str, bf16: str | N
 
 # ------------------------------------------------------------------------------- DS103 nan-loss
 
+def skipped_step_norms(ctx: Context) -> bool:
+    """The NaN/inf lines are only skipped fp16 steps' grad norms (verdict.skipped_step_norms)."""
+    return verdict.skipped_step_norms(ctx.symptom("nan-loss"), ctx.symptom("fp16-overflow"))
+
 
 def nan_loss(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS103: NaN/inf loss or gradient norm, with the causes this run makes likely."""
     s = ctx.symptom("nan-loss")
-    if s is None:
+    if s is None or skipped_step_norms(ctx):
         return
     causes: list[str] = []
     fixes: list[str] = []
