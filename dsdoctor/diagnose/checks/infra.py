@@ -68,21 +68,25 @@ def _versions(ctx: Context) -> list[str]:
 
 # --------------------------------------------------------------------------------- DS114 NCCL
 
+# NVIDIA's troubleshooting guide: system/cuda errors are a failed external call, invalid
+# argument/usage a programming error of the application; NCCL returns a system error when it
+# cannot extend its /dev/shm segment (misc/shmutils.cc@v2.21.5-1) and invalid usage for two
+# ranks on one GPU (init.cc@v2.21.5-1).
 _NCCL_CAUSES = {
     "unhandled system error": (
-        "a system call NCCL made failed: most often /dev/shm too small or not writable in a "
-        "container, or a socket/network interface problem between nodes (NCCL_SOCKET_IFNAME)"),
+        "a system call or library NCCL called failed: for instance /dev/shm too small or not "
+        "writable in a container, or a socket between nodes (NCCL_SOCKET_IFNAME)"),
     "unhandled cuda error": (
-        "a CUDA call inside NCCL failed: an earlier CUDA error on this rank (look above), a driver "
-        "older than the CUDA the NCCL build needs, or two ranks on the same GPU"),
+        "a CUDA call inside NCCL failed: often an earlier CUDA error on this rank (look above) "
+        "or a driver/CUDA mismatch"),
     "internal error": (
-        "NCCL hit an internal error: usually a broken transport (InfiniBand/RoCE setup, P2P "
-        "between GPUs that cannot use it) or a known NCCL bug fixed in a later release"),
+        "NCCL hit an internal error (its message asks to report it to the NCCL developers); the "
+        "NCCL WARN lines before it name the part that failed"),
     "invalid usage": (
-        "the ranks called collectives inconsistently: different tensor sizes or orders across "
-        "ranks, or a communicator used after another rank left"),
+        "NCCL was called wrongly by the application: for instance two ranks on the same GPU "
+        "('Duplicate GPU detected' in the NCCL WARN lines)"),
     "invalid argument": (
-        "NCCL rejected an argument: often ranks that disagree on the world size or device"),
+        "NCCL rejected an argument of the call: the NCCL WARN line names it"),
     "remote process exited or there was a network error": (
         "another rank died first (its own error is the cause: find it in that rank's log) or the "
         "network between nodes dropped (InfiniBand/Ethernet errors, a node going away)"),
