@@ -300,8 +300,8 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
                          "not writable for this user")
         else:
             parts.append("NCCL could not create its shared-memory segment in /dev/shm"
-                         + (f" ({_mib(wanted)} per segment; it makes one per pair of local ranks "
-                            "and channel, so 8 GPUs need hundreds of MiB)" if wanted else ""))
+                         + (f" ({_mib(wanted)} for this segment; its shared-memory transport opens "
+                            "one per connection between local ranks)" if wanted else ""))
     if pats.get("torch-shm-write") or pats.get("semlock-enospc"):
         parts.append("a shared tensor or semaphore could not be created in /dev/shm: 'No space "
                      "left on device' there means shared memory, not the disk")
@@ -309,8 +309,8 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         parts.append("DataLoader workers died with a bus error: they pass batches through /dev/shm "
                      "and it filled up")
     if pats.get("launcher-sigbus"):
-        parts.append("a rank was killed by SIGBUS (exit -7): in a container this is a write to a "
-                     "full /dev/shm")
+        parts.append("a rank was killed by SIGBUS (exit -7): in a container this is often a write "
+                     "to a full /dev/shm")
     msg = "; ".join(parts) + f" (line {s.first.line})."
     msg = msg[:1].upper() + msg[1:]
     if isinstance(shm, (int, float)) and shm:
@@ -323,11 +323,13 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         fix = "make /dev/shm writable (chmod 1777 /dev/shm, or mount a fresh tmpfs there)"
     else:
         fix = ("give the container more shared memory: docker run --ipc=host, or --shm-size=8g "
-               "(at least 1g for NCCL on 8 GPUs; DataLoader needs num_workers x prefetch batches "
-               "more); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm")
+               "(NVIDIA's NCCL guide uses --shm-size=1g; DataLoader workers need room for "
+               "num_workers x prefetch_factor batches more); Kubernetes: mount an emptyDir with "
+               "medium: Memory at /dev/shm")
         if pats.get("dataloader-bus-error") or pats.get("torch-shm-write"):
             fix += "; or lower dataloader_num_workers"
-        fix += ("; NCCL_SHM_DISABLE=1 only as a last resort (slower intra-node traffic)"
+        fix += ("; NCCL_SHM_DISABLE=1 only as a last resort (it turns off NCCL's shared-memory "
+                "transport, whose traffic then goes through the network)"
                 if pats.get("nccl-shm-segment") else "")
     yield finding(msg, fix=fix + ".", evidence=_evidence(s, ctx.symptom("nccl-error")))
 
