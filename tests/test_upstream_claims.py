@@ -37,3 +37,15 @@ def test_tf32_refused_without_an_ampere_cuda_gpu(ds_python: str) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     version, _, said = r.stdout.strip().splitlines()[-1].partition(" | ")
     assert said == "--tf32 requires Ampere or a newer GPU arch, cuda>=11 and torch>=1.7", version
+
+
+def test_enospc_and_edquot_errnos() -> None:
+    """DS117: errno 28 is 'No space left on device' (ENOSPC), errno 122 a quota (EDQUOT) on Linux."""
+    import errno
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("errno numbers are Linux's")
+    assert errno.ENOSPC == 28 and os.strerror(28) == "No space left on device"
+    assert errno.EDQUOT == 122 and os.strerror(122) == "Disk quota exceeded"
