@@ -523,8 +523,8 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                    "or resize the vocabulary before loading")
     elif p.get("safetensors-header"):
         detail = (_texts(s.values.get("detail")) or ["?"])[0]
-        msg = (f"A safetensors file is damaged ({detail}, line {s.first.line}): it was cut short "
-               "by an interrupted download or save, or it is a Git LFS pointer file.")
+        msg = (f"A safetensors file is damaged ({detail}, line {s.first.line}): for instance cut "
+               "short by an interrupted download or save, or a Git LFS pointer file.")
         fix = ("delete the file (or the model's Hugging Face cache folder) and download it again; "
                "compare its size with the size on the hub")
     else:
