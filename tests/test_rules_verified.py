@@ -97,7 +97,9 @@ def _cited_file(repo: str, tag: str, path: str) -> str | None:
                          ids=[f"{c}-{i}" for c, i, v in ENTRIES if v.kind == "code"])
 def test_code_source_names_a_release_and_quotes_its_lines(code, i, v):
     m = _CODE_SOURCE.match(v.source)
-    assert re.fullmatch(r"v?\d+\.\d+\.\d+(?:\.post\d+)?", m["tag"]), f"{v.source}: not a release tag"
+    # NCCL tags its releases with a package revision: v2.21.5-1
+    assert re.fullmatch(r"v?\d+\.\d+\.\d+(?:\.post\d+|-\d+)?", m["tag"]), (
+        f"{v.source}: not a release tag")
     first, last = int(m["first"]), int(m["last"] or m["first"])
     assert 0 < first <= last <= first + 80, f"{v.source}: cite the lines, not a whole file"
     if m["repo"].lower() == "deepspeedai/deepspeed":

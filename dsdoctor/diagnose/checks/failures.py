@@ -369,9 +369,12 @@ def port_in_use(ctx: Context, rule: Any) -> Iterator[Finding]:
             f"The rendezvous port (MASTER_PORT; 29500 unless the launcher or the environment "
             f"sets another) is already in use (line {s.first.line}): another job, or ranks of an "
             "earlier run that did not exit, hold it. The log does not say which port.",
-            fix="Stop the old processes (lsof -i :$MASTER_PORT / nvidia-smi), or set another free "
-                "port: MASTER_PORT=<port> (a notebook: os.environ[\"MASTER_PORT\"]), --master_port "
-                "<port> (deepspeed/torchrun), --main_process_port <port> (accelerate).",
+            # The deepspeed launcher overwrites MASTER_PORT from --master_port (launch.py:188
+            # at v0.19.5): the variable only counts where the script starts the group itself.
+            fix="Stop the old processes (lsof -i :<port> / nvidia-smi), or set another free "
+                "port: --master_port <port> (deepspeed, before the script; torchrun), "
+                "--main_process_port <port> (accelerate), or MASTER_PORT where the script starts "
+                "the process group itself (a notebook: os.environ[\"MASTER_PORT\"]).",
             path="master_port", evidence=s.evidence)
         return
     nxt = port + 1
@@ -379,7 +382,8 @@ def port_in_use(ctx: Context, rule: Any) -> Iterator[Finding]:
             "torchrun": f"torchrun --master_port {nxt} ...",
             "accelerate": f"accelerate launch --main_process_port {nxt} ..."}.get(
         launcher or "", f"--master_port {nxt} (deepspeed/torchrun), --main_process_port "
-                        f"{nxt} (accelerate), or MASTER_PORT={nxt}")
+                        f"{nxt} (accelerate), or MASTER_PORT={nxt} where the script starts the "
+                        "process group itself")
     if where.startswith("os.environ"):
         flag = f"change {where} to another free port, e.g. \"{nxt}\""
     yield finding(

@@ -68,21 +68,25 @@ def _versions(ctx: Context) -> list[str]:
 
 # --------------------------------------------------------------------------------- DS114 NCCL
 
+# NVIDIA's troubleshooting guide: system/cuda errors are a failed external call, invalid
+# argument/usage a programming error of the application; NCCL returns a system error when it
+# cannot extend its /dev/shm segment (misc/shmutils.cc@v2.21.5-1) and invalid usage for two
+# ranks on one GPU (init.cc@v2.21.5-1).
 _NCCL_CAUSES = {
     "unhandled system error": (
-        "a system call NCCL made failed: most often /dev/shm too small or not writable in a "
-        "container, or a socket/network interface problem between nodes (NCCL_SOCKET_IFNAME)"),
+        "a system call or library NCCL called failed: for instance /dev/shm too small or not "
+        "writable in a container, or a socket between nodes (NCCL_SOCKET_IFNAME)"),
     "unhandled cuda error": (
-        "a CUDA call inside NCCL failed: an earlier CUDA error on this rank (look above), a driver "
-        "older than the CUDA the NCCL build needs, or two ranks on the same GPU"),
+        "a CUDA call inside NCCL failed: often an earlier CUDA error on this rank (look above) "
+        "or a driver/CUDA mismatch"),
     "internal error": (
-        "NCCL hit an internal error: usually a broken transport (InfiniBand/RoCE setup, P2P "
-        "between GPUs that cannot use it) or a known NCCL bug fixed in a later release"),
+        "NCCL hit an internal error (its message asks to report it to the NCCL developers); the "
+        "NCCL WARN lines before it name the part that failed"),
     "invalid usage": (
-        "the ranks called collectives inconsistently: different tensor sizes or orders across "
-        "ranks, or a communicator used after another rank left"),
+        "NCCL was called wrongly by the application: for instance two ranks on the same GPU "
+        "('Duplicate GPU detected' in the NCCL WARN lines)"),
     "invalid argument": (
-        "NCCL rejected an argument: often ranks that disagree on the world size or device"),
+        "NCCL rejected an argument of the call: the NCCL WARN line names it"),
     "remote process exited or there was a network error": (
         "another rank died first (its own error is the cause: find it in that rank's log) or the "
         "network between nodes dropped (InfiniBand/Ethernet errors, a node going away)"),
@@ -296,8 +300,8 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
                          "not writable for this user")
         else:
             parts.append("NCCL could not create its shared-memory segment in /dev/shm"
-                         + (f" ({_mib(wanted)} per segment; it makes one per pair of local ranks "
-                            "and channel, so 8 GPUs need hundreds of MiB)" if wanted else ""))
+                         + (f" ({_mib(wanted)} for this segment; its shared-memory transport opens "
+                            "one per connection between local ranks)" if wanted else ""))
     if pats.get("torch-shm-write") or pats.get("semlock-enospc"):
         parts.append("a shared tensor or semaphore could not be created in /dev/shm: 'No space "
                      "left on device' there means shared memory, not the disk")
@@ -305,8 +309,8 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         parts.append("DataLoader workers died with a bus error: they pass batches through /dev/shm "
                      "and it filled up")
     if pats.get("launcher-sigbus"):
-        parts.append("a rank was killed by SIGBUS (exit -7): in a container this is a write to a "
-                     "full /dev/shm")
+        parts.append("a rank was killed by SIGBUS (exit -7): in a container this is often a write "
+                     "to a full /dev/shm")
     msg = "; ".join(parts) + f" (line {s.first.line})."
     msg = msg[:1].upper() + msg[1:]
     if isinstance(shm, (int, float)) and shm:
@@ -319,11 +323,13 @@ def shm_exhausted(ctx: Context, rule: Any) -> Iterator[Finding]:
         fix = "make /dev/shm writable (chmod 1777 /dev/shm, or mount a fresh tmpfs there)"
     else:
         fix = ("give the container more shared memory: docker run --ipc=host, or --shm-size=8g "
-               "(at least 1g for NCCL on 8 GPUs; DataLoader needs num_workers x prefetch batches "
-               "more); Kubernetes: mount an emptyDir with medium: Memory at /dev/shm")
+               "(NVIDIA's NCCL guide uses --shm-size=1g; DataLoader workers need room for "
+               "num_workers x prefetch_factor batches more); Kubernetes: mount an emptyDir with "
+               "medium: Memory at /dev/shm")
         if pats.get("dataloader-bus-error") or pats.get("torch-shm-write"):
             fix += "; or lower dataloader_num_workers"
-        fix += ("; NCCL_SHM_DISABLE=1 only as a last resort (slower intra-node traffic)"
+        fix += ("; NCCL_SHM_DISABLE=1 only as a last resort (it turns off NCCL's shared-memory "
+                "transport, whose traffic then goes through the network)"
                 if pats.get("nccl-shm-segment") else "")
     yield finding(msg, fix=fix + ".", evidence=_evidence(s, ctx.symptom("nccl-error")))
 
@@ -520,8 +526,8 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                    "or resize the vocabulary before loading")
     elif p.get("safetensors-header"):
         detail = (_texts(s.values.get("detail")) or ["?"])[0]
-        msg = (f"A safetensors file is damaged ({detail}, line {s.first.line}): it was cut short "
-               "by an interrupted download or save, or it is a Git LFS pointer file.")
+        msg = (f"A safetensors file is damaged ({detail}, line {s.first.line}): for instance cut "
+               "short by an interrupted download or save, or a Git LFS pointer file.")
         fix = ("delete the file (or the model's Hugging Face cache folder) and download it again; "
                "compare its size with the size on the hub")
     else:

@@ -72,7 +72,8 @@ def ssh_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
                    + " and use --num_gpus; with --autotuning, 'ssh localhost' must work too")
     else:
         fix.append("where ssh between nodes is not allowed, start the ranks on every node "
-                   "yourself: deepspeed --no_ssh --node_rank=N --master_addr=..., torchrun, or "
+                   "yourself: deepspeed --no_ssh --node_rank=N --master_addr=... (DeepSpeed >= 0.15), "
+                   "torchrun, or "
                    "the slurm/openmpi launchers (--launcher)")
         if hostfile:
             msg.append(f"Hostfile: {hostfile}.")
