@@ -53,12 +53,14 @@ def backward_bypasses_accelerate(ctx: Context, rule: Any) -> Iterator[Finding]:
             continue
         ds = _deepspeed_in_use(ctx)
         first = calls.bare_backward[0]
-        what = ("DeepSpeed's engine never sees the backward pass: no loss scaling, no ZeRO "
-                "gradient partitioning or reduction, and gradient accumulation is not counted, "
-                f"so the run fails or trains wrong ({ds})" if ds else
-                "Accelerate's mixed-precision loss scaling and gradient accumulation are skipped, "
-                "and under DeepSpeed (give the Accelerate config with --config to know) the "
-                "engine never sees the backward pass")
+        # Accelerate's DeepSpeed wrappers make optimizer.step()/zero_grad()/scheduler.step() no-ops:
+        # engine.step() runs only inside accelerator.backward (utils/deepspeed.py).
+        what = ("the optimizer.step() and zero_grad() of an optimizer prepared for DeepSpeed do "
+                "nothing (DeepSpeed's engine steps only inside accelerator.backward), so the "
+                f"weights never change and Accelerate raises no error ({ds})" if ds else
+                "Accelerate's division of the loss by gradient_accumulation_steps and its fp16 "
+                "loss scaling are skipped, and under DeepSpeed (give the Accelerate config with "
+                "--config to know) the weights would never change")
         yield finding(
             f"{calls.path}:{first[0]} calls {first[1]!r} on a model prepared by "
             f"accelerator.prepare() ({calls.path}:{calls.prepares[0][0]}), and the script never "
