@@ -167,13 +167,27 @@ def zero_inference_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
     why = inference_only(ctx)
     if not why:
         return
+    change = ({"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
+              if ctx.cfg_has("zero_optimization.stage") else None)
+    fix = (f"set zero_optimization.stage from {stage} to 3 (add offload_param device cpu if the "
+           "shards still do not fit), or run without DeepSpeed if the model fits one GPU")
+    if not ctx.script_sources:
+        # The Trainer's evaluation loop, run without training first, calls
+        # deepspeed_init(inference=True), which refuses any stage but 3 (integrations/deepspeed.py).
+        yield finding(
+            f"This run only evaluates ({why}) with ZeRO stage {stage}: the Trainer's evaluation "
+            "loop then sets DeepSpeed up for inference, which it refuses below stage 3 with "
+            "'ValueError: ZeRO inference only makes sense with ZeRO Stage 3 - please adjust "
+            "your config'.",
+            path="zero_optimization.stage", severity="error", fix=fix, change=change)
+        return
+    # deepspeed.initialize with no optimizer (none passed, none in the config) builds a DummyOptim,
+    # which the ZeRO-1/2 optimizer refuses (engine.py, _configure_zero_optimizer).
+    no_optimizer = ("" if ctx.cfg_has("optimizer") else
+                    f" With no optimizer section, deepspeed.initialize stops with 'AssertionError: "
+                    f"zero stage {stage} requires an optimizer' unless the script passes one.")
     yield finding(
         f"This run only infers ({why}) with ZeRO stage {stage}. ZeRO-1 and ZeRO-2 partition "
-        "optimizer states and gradients, which inference does not have, so every GPU still "
-        "holds the whole model: no memory is saved. ZeRO Inference needs the ZeRO-3 config "
-        "(parameters partitioned, optionally offloaded with offload_param).",
-        path="zero_optimization.stage",
-        fix=f"set zero_optimization.stage from {stage} to 3 (add offload_param device cpu if the "
-            "shards still do not fit), or run without DeepSpeed if the model fits one GPU",
-        change={"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
-        if ctx.cfg_has("zero_optimization.stage") else None)
+        "optimizer states and gradients, which inference does not use; only stage 3 partitions "
+        "the parameters, so here every GPU holds the whole model." + no_optimizer,
+        path="zero_optimization.stage", fix=fix, change=change)
