@@ -280,7 +280,9 @@ def test_findings_on_an_accelerate_config_name_its_keys(tmp_path: Path) -> None:
     acc = ("compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\ndeepspeed_config:\n"
            "  zero3_init_flag: true\n  zero3_save_16bit_model: false\n  zero_stage: 3\n"
            "mixed_precision: bf16\nnum_processes: 2\n")
-    findings = run_example({"accelerate": acc}, tmp_path)
+    # DS314 speaks only for a run that saves a model
+    script = "accelerator.save_model(model, 'out')\n"
+    findings = run_example({"accelerate": acc, "script": script}, tmp_path)
     f = next(f for f in findings if f.rule == "DS314")
     assert f.config_path == "deepspeed_config.zero3_save_16bit_model"
     assert f.config_file == str(tmp_path / "accelerate_config.yaml") and f.config_line == 5

@@ -93,15 +93,28 @@ def test_cpu_oom_groups_its_cross_check() -> None:
     assert first.cause == "cpu-oom" and first.rules[0] == "DS106" and "DS203" in first.rules
 
 
-def test_a_config_lint_is_its_own_problem() -> None:
+def test_a_config_lint_is_its_own_problem(tmp_path) -> None:
+    folder = SAMPLES / "zero3_generate_synced"
+    # the sample's config with an LAMB optimizer offloaded to the CPU (DS313), a plain config lint
+    cfg = json.loads((folder / "ds_config.json").read_text())
+    cfg["optimizer"] = {"type": "Lamb", "params": {"lr": 1e-3}}
+    cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(cfg, indent=2))
+    rep = run_analysis([str(folder / "generate.log")], configs=[str(path)], engine="python")
+    assert rep.verdict.fate == "healthy"
+    assert [p.rules for p in rep.problems] == [("DS313",)]
+    (p,) = rep.problems
+    assert p.cause == "lamb-with-optimizer-offload" and not p.symptoms
+    assert p.config_where and p.config_where.startswith(str(path) + ":")
+
+
+def test_a_generate_only_run_is_not_told_to_gather_on_save() -> None:
+    """The sample only generates and saves nothing: DS314 stays silent (it was its only finding)."""
     folder = SAMPLES / "zero3_generate_synced"
     rep = run_analysis([str(folder / "generate.log")], configs=[str(folder / "ds_config.json")],
                        engine="python")
-    assert rep.verdict.fate == "healthy"
-    assert [p.rules for p in rep.problems] == [("DS314",)]
-    (p,) = rep.problems
-    assert p.cause == "stage3-16bit-weights-not-saved" and not p.symptoms
-    assert p.config_where and p.config_where.startswith(str(folder / "ds_config.json") + ":")
+    assert rep.verdict.fate == "healthy" and rep.problems == ()
 
 
 def test_every_finding_is_in_exactly_one_problem_and_json_keeps_everything() -> None:
@@ -175,3 +188,21 @@ def test_accelerate_refusing_mixed_precision_is_one_problem_at_the_config_line()
     assert [p.rules for p in rep.problems] == [("DS324",)]
     f = next(f for f in rep.findings if f.rule == "DS324")
     assert f.config_path == "mixed_precision" and f.config_line == 9
+
+
+def test_a_zero3_save_side_note_never_leads() -> None:
+    """DS314 (ZeRO-3 save without the 16-bit gather) is listed after another warning of the same
+    severity, and never titles an issue (problems.NEVER_LEAD)."""
+    from dsdoctor.diagnose.problems import group
+    from dsdoctor.model import Finding
+    from dsdoctor.redact import Redactor
+    from dsdoctor.render.issue_body import _title
+
+    def f(rule: str, title: str) -> Finding:
+        return Finding(rule=rule, name=rule.lower(), severity="warning", title=title, message=title)
+
+    side, other = f("DS314", "ZeRO-3 without gather"), f("DS304", "offload_param below stage 3")
+    problems = group([], [side, other])
+    assert [p.rules for p in problems] == [("DS304",), ("DS314",)]
+    report = type("R", (), {"findings": [side], "symptoms": []})()
+    assert "ZeRO-3 without gather" not in _title(report, None, "", "run", None, Redactor())

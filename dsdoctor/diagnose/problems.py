@@ -128,10 +128,21 @@ def _killer(groups: Mapping[str, _Group]) -> str | None:
     return None
 
 
+#: Rules whose finding is a side note, never what a report leads with: DS314 (a ZeRO-3 save
+#: without the 16-bit gather) is true of most ZeRO-3 configs and explains no failure.
+NEVER_LEAD = frozenset({"DS314"})
+
+
 def _lead(findings: Sequence[Finding]) -> Finding | None:
     if not findings:
         return None
-    return min(enumerate(findings), key=lambda t: (_SEVERITY.get(t[1].severity, 9), t[0]))[1]
+    return min(enumerate(findings), key=lambda t: (
+        _SEVERITY.get(t[1].severity, 9), t[1].rule in NEVER_LEAD, t[0]))[1]
+
+
+def _side_note(g: _Group) -> bool:
+    """A problem made only of NEVER_LEAD findings: listed after the others of its severity."""
+    return not g.symptoms and bool(g.findings) and all(f.rule in NEVER_LEAD for f in g.findings)
 
 
 def _pick_evidence(g: _Group, lead: Finding | None, shown: set[tuple[str, int]]
@@ -286,7 +297,8 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
         first = "error-line"  # what ended the run is the line no pattern knows
     ordered = sorted(groups.values(), key=lambda g: (
         g.cause != first,
-        min((_SEVERITY.get(f.severity, 9) for f in g.findings), default=0 if g.symptoms else 9)))
+        min((_SEVERITY.get(f.severity, 9) for f in g.findings), default=0 if g.symptoms else 9),
+        _side_note(g)))
     shown: set[tuple[str, int]] = set()
     out = [_problem(g, verdict, shown, decides=g.cause == first) for g in ordered]
     if verdict is not None and verdict.is_error and not any(p.symptoms for p in out):
@@ -299,4 +311,4 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
     return tuple(out)
 
 
-__all__ = ["CAUSES", "group"]
+__all__ = ["CAUSES", "NEVER_LEAD", "group"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dsdoctor import __version__
+from dsdoctor.diagnose.problems import NEVER_LEAD
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Report
@@ -168,7 +169,9 @@ def _title(report: Report | None, ex: LogExcerpt | None, prefix: str, kind: str,
            env: dict[str, Any] | None, red: Redactor) -> str:
     text = ""
     if report is not None:
-        errs = [f for f in report.findings if f.severity == "error"] or list(report.findings)
+        # a side note (NEVER_LEAD) never titles an issue: the error line or symptom says more
+        leads = [f for f in report.findings if f.rule not in NEVER_LEAD]
+        errs = [f for f in leads if f.severity == "error"] or leads
         if errs:
             text = errs[0].title
     if not text and ex is not None:

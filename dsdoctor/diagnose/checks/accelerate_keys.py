@@ -14,6 +14,7 @@ from typing import Any
 from dsdoctor.diagnose.checks.common import ampere_ok, finding, gib1, param_count, show_json
 from dsdoctor.diagnose.checks.runfacts import cpu_ram_bytes, zero_stage
 from dsdoctor.facts.context import Context
+from dsdoctor.facts.dskeys import parse_version
 from dsdoctor.model import Evidence, Finding
 
 INIT_KEY = "deepspeed_config.zero3_init_flag"
@@ -55,6 +56,14 @@ def _processes_per_node(ctx: Context) -> int | None:
     return None
 
 
+def _flag_gates_zero_init(ctx: Context) -> bool:
+    """Whether a false zero3_init_flag keeps Transformers from building the model under
+    deepspeed.zero.Init: only before Accelerate 1.0, whose DeepSpeedPlugin.set_deepspeed_weakref
+    set up the HfDeepSpeedConfig only with the flag; from 1.0 it does so whatever the flag."""
+    known = ctx.run.version("accelerate")
+    return known is not None and parse_version(str(known.value)) < (1,)
+
+
 def zero3_init_flag(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS323: zero3_init_flag true below ZeRO-3 (dropped), or false for a model the host cannot hold
     once per process."""
@@ -74,7 +83,7 @@ def zero3_init_flag(ctx: Context, rule: Any) -> Iterator[Finding]:
             fix=f"delete {INIT_KEY} (it does nothing at stage {stage}), or set "
                 f"deepspeed_config.zero_stage to 3 if the model does not fit one GPU")
         return
-    if flag or stage != 3:
+    if flag or stage != 3 or not _flag_gates_zero_init(ctx):
         return
     total, _, where = param_count(ctx)
     local = _processes_per_node(ctx)

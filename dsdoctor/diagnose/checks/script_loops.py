@@ -53,12 +53,14 @@ def backward_bypasses_accelerate(ctx: Context, rule: Any) -> Iterator[Finding]:
             continue
         ds = _deepspeed_in_use(ctx)
         first = calls.bare_backward[0]
-        what = ("DeepSpeed's engine never sees the backward pass: no loss scaling, no ZeRO "
-                "gradient partitioning or reduction, and gradient accumulation is not counted, "
-                f"so the run fails or trains wrong ({ds})" if ds else
-                "Accelerate's mixed-precision loss scaling and gradient accumulation are skipped, "
-                "and under DeepSpeed (give the Accelerate config with --config to know) the "
-                "engine never sees the backward pass")
+        # Accelerate's DeepSpeed wrappers make optimizer.step()/zero_grad()/scheduler.step() no-ops:
+        # engine.step() runs only inside accelerator.backward (utils/deepspeed.py).
+        what = ("the optimizer.step() and zero_grad() of an optimizer prepared for DeepSpeed do "
+                "nothing (DeepSpeed's engine steps only inside accelerator.backward), so the "
+                f"weights never change and Accelerate raises no error ({ds})" if ds else
+                "Accelerate's division of the loss by gradient_accumulation_steps and its fp16 "
+                "loss scaling are skipped, and under DeepSpeed (give the Accelerate config with "
+                "--config to know) the weights would never change")
         yield finding(
             f"{calls.path}:{first[0]} calls {first[1]!r} on a model prepared by "
             f"accelerator.prepare() ({calls.path}:{calls.prepares[0][0]}), and the script never "
@@ -72,25 +74,44 @@ def backward_bypasses_accelerate(ctx: Context, rule: Any) -> Iterator[Finding]:
 # ------------------------------------------------------ DS221 FSDP sharded save + save_model
 
 STATE_KEY = "fsdp_config.fsdp_state_dict_type"
+VERSION_KEY = "fsdp_config.fsdp_version"
+
+
+def _sharded_state(ctx: Context) -> tuple[str, str] | None:
+    """(config path, why) when the Accelerate FSDP plugin's state dict type is SHARDED_STATE_DICT:
+    written so, or left out with fsdp_version 2 (Accelerate >= 1.6 then defaults to sharded,
+    FullyShardedDataParallelPlugin.set_state_dict_type), else None."""
+    if ctx.accelerate is None:
+        return None
+    state = ctx.acc_get(STATE_KEY)
+    if isinstance(state, str):
+        if state.strip().upper() != "SHARDED_STATE_DICT":
+            return None
+        return STATE_KEY, (f"{STATE_KEY} is SHARDED_STATE_DICT ({ctx.accelerate.path}:"
+                           f"{ctx.accelerate.line(STATE_KEY)})")
+    if state is None and str(ctx.acc_get(VERSION_KEY, "")).strip() == "2":
+        return VERSION_KEY, (f"{VERSION_KEY} is 2 and {STATE_KEY} is not set "
+                             f"({ctx.accelerate.path}): Accelerate then uses SHARDED_STATE_DICT")
+    return None
 
 
 def fsdp_sharded_final_save(ctx: Context, rule: Any) -> Iterator[Finding]:
-    """FSDP with SHARDED_STATE_DICT and trainer.save_model() without switching to FULL_STATE_DICT."""
-    if ctx.accelerate is None:
+    """FSDP with a sharded state dict and trainer.save_model() without switching to
+    FULL_STATE_DICT: Trainer.save_model() then writes no model weights."""
+    sharded = _sharded_state(ctx)
+    if sharded is None or ctx.accelerate is None:
         return
-    state = ctx.acc_get(STATE_KEY)
-    if not isinstance(state, str) or state.strip().upper() != "SHARDED_STATE_DICT":
-        return
+    path, why = sharded
     for calls in _scripts(ctx):
         if not calls.save_model or calls.full_state_dict:
             continue
         save = calls.save_model[-1]
         yield finding(
-            f"{STATE_KEY} is SHARDED_STATE_DICT ({ctx.accelerate.path}:"
-            f"{ctx.accelerate.line(STATE_KEY)}) and {calls.path}:{save[0]} saves with "
-            f"{save[1]!r} without switching to FULL_STATE_DICT first: the final model is written "
-            f"as FSDP shards (one file per rank), which from_pretrained cannot load.",
-            path=STATE_KEY, file=ctx.accelerate.path, line=ctx.accelerate.line(STATE_KEY),
+            f"{why}, and {calls.path}:{save[0]} saves with {save[1]!r} without switching to "
+            f"FULL_STATE_DICT first: under FSDP the Trainer's save_model() writes the model only "
+            f"with FULL_STATE_DICT, so this save writes no model weights at all (the sharded "
+            f"checkpoints hold them, but from_pretrained cannot load those).",
+            path=path, file=ctx.accelerate.path, line=ctx.accelerate.line(path),
             fix=f"before {save[1]!r} at {calls.path}:{save[0]} add: if trainer.is_fsdp_enabled: "
                 f"trainer.accelerator.state.fsdp_plugin.set_state_dict_type(\"FULL_STATE_DICT\") "
                 f"(keep SHARDED_STATE_DICT for the intermediate checkpoints)",

@@ -520,8 +520,9 @@ def trainer_mismatch(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # ------------------------------------------------------- DS214 --lr_scheduler_type overridden
 
-#: DeepSpeed scheduler -> the Trainer's --lr_scheduler_type that computes the same schedule
-#: (the Transformers DeepSpeed guide, "Scheduler").
+#: DeepSpeed scheduler -> the Trainer's --lr_scheduler_type of the same shape (the Transformers
+#: DeepSpeed guide, "Scheduler"): warm up, then constant / linear decay to 0. Not identical:
+#: DeepSpeed warms up logarithmically unless warmup_type is "linear" (lr_schedules.py).
 _SAME_SCHEDULE = {"warmuplr": "constant_with_warmup", "warmupdecaylr": "linear"}
 
 
@@ -545,7 +546,7 @@ def scheduler_type_ignored(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"The DeepSpeed config has a scheduler section ({ds_type}), so the Trainer uses "
         f"DeepSpeed's {ds_type} and silently ignores --lr_scheduler_type {hf}: the learning rate "
         f"does not follow the schedule the command line asks for"
-        + (f" ({ds_type} is the Trainer's {same})." if same else ".")
+        + (f" ({ds_type} has the shape of the Trainer's {same})." if same else ".")
         + (f" (The Trainer is inferred: {inferred}.)" if inferred else ""),
         path="scheduler.type",
         fix=f"delete the scheduler section so the Trainer builds {hf} from its arguments, or "

@@ -15,7 +15,9 @@ from dsdoctor.diagnose.checks.common import (
     truthy_arg,
     written_stage,
 )
+from dsdoctor.diagnose.checks.launch_args import run_arg
 from dsdoctor.facts.context import Context
+from dsdoctor.facts.dskeys import parse_version
 from dsdoctor.model import Finding
 
 # ---------------------------------------------------------------- DS304-DS307 stage / offload
@@ -132,8 +134,48 @@ def inference_only(ctx: Context) -> str | None:
     return None
 
 
+#: A model save in a script: the Trainer's, Transformers', DeepSpeed's 16-bit or full checkpoint.
+_SAVES = re.compile(r"\.(save_model|save_pretrained|save_16bit_model|save_checkpoint)\(")
+
+
+def _save_strategy(ctx: Context) -> str | None:
+    """The Trainer's save_strategy as the run states it (arguments, launch, script), or None."""
+    arg = run_arg(ctx, "save_strategy")
+    if arg is not None:
+        return str(arg[0]).strip("'\" ").lower().removeprefix("intervalstrategy.")
+    for sc in ctx.scripts:
+        for name, value, _line in sc.training_arg_values:
+            if name == "save_strategy":
+                return str(value).strip().lower()
+    return None
+
+
+def run_saves(ctx: Context) -> str | None:
+    """Why this run saves a model, or None when nothing says it does."""
+    for path, text in ctx.script_sources.items():
+        m = _SAVES.search(text)
+        if m:
+            return f"{path} calls {m.group(1)}()"
+    if ctx.run.value("uses_trainer"):
+        strategy = _save_strategy(ctx)
+        if strategy != "no":  # the Trainer's default is "steps" (every save_steps)
+            return ("the Trainer saves checkpoints" if strategy is None else
+                    f"the Trainer saves checkpoints (save_strategy {strategy})")
+    return None
+
+
+def _peft_trainer_saves_adapters(ctx: Context) -> bool:
+    """PEFT under the Trainer of Transformers 5: save_model() gathers the trainable (adapter)
+    weights itself under ZeRO-3, whatever the gather flag (trainer.py, save_model). Transformers
+    4.57 goes through accelerator.get_state_dict, which refuses without the flag."""
+    if not (ctx.run.value("peft") and ctx.run.value("uses_trainer")):
+        return False
+    known = ctx.run.version("transformers")
+    return known is None or parse_version(str(known.value)) >= (5,)
+
+
 def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
-    """ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saves hold placeholders."""
+    """ZeRO-3 without stage3_gather_16bit_weights_on_model_save: saves write no model weights."""
     if written_stage(ctx) != 3 or inference_only(ctx):
         return
     key = "zero_optimization.stage3_gather_16bit_weights_on_model_save"
@@ -143,13 +185,17 @@ def stage3_no_16bit_save(ctx: Context, rule: Any) -> Iterator[Finding]:
         v = ctx.cfg_get(k)
         if v is True or v == "true":
             return
+    saves = run_saves(ctx)
+    if saves is None or _peft_trainer_saves_adapters(ctx):
+        return
     val = ctx.cfg_get(key)
     state = "missing (default false)" if val is None else f"{show_json(val)}"
     yield finding(
-        f"ZeRO stage 3 partitions every weight across the GPUs, and {key} is {state}: "
-        f"save_model() / save_16bit_model() then write no usable 16-bit weights (only "
-        f"placeholders; a 'tensor([1.])' shape is a ZeRO-3 placeholder), and you need "
-        f"zero_to_fp32.py on the checkpoint to get the model back.",
+        f"ZeRO stage 3 partitions every weight across the GPUs, {key} is {state}, and "
+        f"{saves}: the Trainer's save_model() then writes no model weights file (it warns "
+        f"'stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint instead' "
+        f"and writes a DeepSpeed checkpoint), and engine.save_16bit_model() writes nothing; the "
+        f"weights come back only through zero_to_fp32.py on the checkpoint.",
         path=key,
         # No automatic change: the gather builds the whole 16-bit model in rank 0's CPU memory at
         # save time, which a run that saves fine today might not have room for.
@@ -167,13 +213,27 @@ def zero_inference_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
     why = inference_only(ctx)
     if not why:
         return
+    change = ({"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
+              if ctx.cfg_has("zero_optimization.stage") else None)
+    fix = (f"set zero_optimization.stage from {stage} to 3 (add offload_param device cpu if the "
+           "shards still do not fit), or run without DeepSpeed if the model fits one GPU")
+    if not ctx.script_sources:
+        # The Trainer's evaluation loop, run without training first, calls
+        # deepspeed_init(inference=True), which refuses any stage but 3 (integrations/deepspeed.py).
+        yield finding(
+            f"This run only evaluates ({why}) with ZeRO stage {stage}: the Trainer's evaluation "
+            "loop then sets DeepSpeed up for inference, which it refuses below stage 3 with "
+            "'ValueError: ZeRO inference only makes sense with ZeRO Stage 3 - please adjust "
+            "your config'.",
+            path="zero_optimization.stage", severity="error", fix=fix, change=change)
+        return
+    # deepspeed.initialize with no optimizer (none passed, none in the config) builds a DummyOptim,
+    # which the ZeRO-1/2 optimizer refuses (engine.py, _configure_zero_optimizer).
+    no_optimizer = ("" if ctx.cfg_has("optimizer") else
+                    f" With no optimizer section, deepspeed.initialize stops with 'AssertionError: "
+                    f"zero stage {stage} requires an optimizer' unless the script passes one.")
     yield finding(
         f"This run only infers ({why}) with ZeRO stage {stage}. ZeRO-1 and ZeRO-2 partition "
-        "optimizer states and gradients, which inference does not have, so every GPU still "
-        "holds the whole model: no memory is saved. ZeRO Inference needs the ZeRO-3 config "
-        "(parameters partitioned, optionally offloaded with offload_param).",
-        path="zero_optimization.stage",
-        fix=f"set zero_optimization.stage from {stage} to 3 (add offload_param device cpu if the "
-            "shards still do not fit), or run without DeepSpeed if the model fits one GPU",
-        change={"op": "set", "path": "zero_optimization.stage", "old": stage, "new": 3}
-        if ctx.cfg_has("zero_optimization.stage") else None)
+        "optimizer states and gradients, which inference does not use; only stage 3 partitions "
+        "the parameters, so here every GPU holds the whole model." + no_optimizer,
+        path="zero_optimization.stage", fix=fix, change=change)
