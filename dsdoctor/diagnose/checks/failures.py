@@ -11,7 +11,7 @@ from typing import Any
 
 from dsdoctor.diagnose import ranks as rank_table
 from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
-from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
+from dsdoctor.diagnose.checks.runfacts import package_version, stage_source, zero_stage
 from dsdoctor.diagnose.verdict import FATAL_CAUSES
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.run_sources import launches
@@ -375,6 +375,21 @@ def offload_client_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
     if dsv is not None and dsv < (0, 8, 3):
         old = (f" DeepSpeed {ds_v} is older than 0.8.3, which added "
                "zero_force_ds_cpu_optimizer: upgrade, or use a config optimizer.")
+    if zero_stage(ctx) == 0:
+        # DeepSpeed checks the offload device, not the stage (engine.zero_use_cpu_optimizer): at
+        # stage 0 a config optimizer is DeepSpeedCPUAdam on GPU parameters, which fails at the
+        # first step, and zero_force_ds_cpu_optimizer false only runs yours with no offload.
+        yield finding(
+            f"ZeRO-Offload was given a client optimizer{what} (line {s.first.line}), and ZeRO is "
+            f"off (stage 0, {stage_source(ctx)}): optimizer offload needs stage 1 or more. A config "
+            f"optimizer would be DeepSpeedCPUAdam on parameters that stay on the GPU (its first step "
+            f"stops at \"CPUAdam param is on cuda:0 and must be 'cpu'\"), and "
+            f"zero_force_ds_cpu_optimizer false would run yours on the GPU with the offload doing "
+            f"nothing.",
+            fix="Set zero_optimization.stage from 0 to 2 (or 3) to offload the optimizer, or delete "
+                "zero_optimization.offload_optimizer to keep ZeRO off.",
+            path="zero_optimization.stage", evidence=s.evidence)
+        return
     yield finding(
         f"ZeRO-Offload was given a client optimizer{what}; DeepSpeed only trusts its own "
         f"CPU optimizer (DeepSpeedCPUAdam) with offload_optimizer (line {s.first.line}).{old}",
