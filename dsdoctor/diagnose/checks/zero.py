@@ -91,7 +91,7 @@ def nvme_without_path(ctx: Context, rule: Any) -> Iterator[Finding]:
             f"under that directory, and with none DeepSpeed fails when it creates the swapper.",
             path=f"{base}.nvme_path" if p is not None else f"{base}.device",
             fix=f"add \"nvme_path\": \"/local_nvme\" to {base} (a directory on a local NVMe "
-                f"drive, about 3 GB/s; not a network filesystem), or set device to \"cpu\"")
+                f"drive, not a network filesystem), or set device to \"cpu\"")
 
 
 def nvme_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
