@@ -28,6 +28,8 @@ RELEASES = [
     ("transformers==5.23.0", "huggingface/transformers", "v5.23.0", "src/"),
     ("accelerate==1.15.0", "huggingface/accelerate", "v1.15.0", "src/"),
     ("peft==0.21.2", "huggingface/peft", "v0.21.2", "src/"),
+    ("deepspeed==0.19.6", "deepspeedai/DeepSpeed", "v0.19.6", ""),
+    ("deepspeed==0.19.7", "deepspeedai/DeepSpeed", "v0.19.7", ""),
     ("deepspeed==0.19.8", "deepspeedai/DeepSpeed", "v0.19.8", ""),
 ]
 

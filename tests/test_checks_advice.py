@@ -180,16 +180,30 @@ CUDA_MISMATCH = ("Exception: Installed CUDA version {inst} does not match the ve
                  "cuda version.")
 
 
-def test_cuda_mismatch_fix_offers_only_what_exists(tmp_path: Path) -> None:
-    def fix(inst: str, built: str) -> str:
-        found = run_example({"log": CUDA_MISMATCH.format(inst=inst, built=built)}, tmp_path)
+def test_op_build_cuda_mismatch_fix_fits_the_release(tmp_path: Path) -> None:
+    """The toolkit torch was built with, never a torch wheel for the toolkit (PyTorch published
+    none for many toolkits); a newer DeepSpeed or DS_SKIP_CUDA_CHECK only where the run's release
+    accepts them (op_builder/builder.py cuda_minor_mismatch_ok, assert_no_cuda_mismatch); never
+    DS_BUILD_OPS=1 as a way around it (setup.py runs the same check)."""
+    def fix(inst: str, built: str, ds: str | None = None) -> str:
+        env = None if ds is None else {"cpu": {"count": 8, "ram_total_bytes": 2**35}, "gpus": [],
+                                       "packages": {"torch": "2.1.0", "deepspeed": ds}}
+        where = tmp_path / f"{inst}-{built}-{ds}"
+        where.mkdir()
+        found = run_example({"log": CUDA_MISMATCH.format(inst=inst, built=built), "env": env}
+                            if env else {"log": CUDA_MISMATCH.format(inst=inst, built=built)}, where)
         return next(f.fix for f in found if f.rule == "DS108")
 
-    old = fix("9.1", "11.8")  # no torch 2.x wheel for CUDA 9.1, and a major-version mismatch
-    assert "install CUDA toolkit 11.8" in old and "torch build for CUDA 9.1" not in old
-    assert "DS_SKIP_CUDA_CHECK" not in old
-    minor = fix("12.3", "12.1")  # same major: a torch build for 12.x exists, the skip is an option
-    assert "torch build for CUDA 12.3" in minor and "DS_SKIP_CUDA_CHECK=1" in minor
+    old = fix("9.1", "11.8")  # a major-version mismatch: only the toolkit can move
+    assert "install the CUDA toolkit torch was built with (11.8)" in old
+    assert "torch build" not in old and "DS_SKIP_CUDA_CHECK" not in old
+    assert "does not get around it" in old and "DS_BUILD_OPS=1 (or" not in old
+    minor = fix("12.3", "12.1")  # the release is not known: both ways, with their releases
+    assert "torch build" not in minor
+    assert "upgrade DeepSpeed to 0.12.1 or later" in minor and "(DeepSpeed >= 0.9.3)" in minor
+    assert "upgrade DeepSpeed to 0.14.3" in fix("12.4", "12.1", "0.12.6")
+    assert "DS_SKIP_CUDA_CHECK" not in fix("12.4", "12.1", "0.9.2")  # before 0.9.3
+    assert "upgrade" not in fix("13.0", "12.8", "0.19.8")  # no release accepts another major
 
 
 # DeepSpeed's loss scaler line (deepspeedai/DeepSpeed#931) and a Trainer log dict; a long run

@@ -11,7 +11,7 @@ from typing import Any
 
 from dsdoctor.diagnose import ranks as rank_table
 from dsdoctor.diagnose.checks.common import finding, log_facts, vals, version_tuple
-from dsdoctor.diagnose.checks.runfacts import package_version, zero_stage
+from dsdoctor.diagnose.checks.runfacts import package_version, stage_source, zero_stage
 from dsdoctor.diagnose.verdict import FATAL_CAUSES
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.run_sources import launches
@@ -153,6 +153,41 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 # --------------------------------------------------------------------- DS108 op build failure
 
+#: The first DeepSpeed release whose op builder accepts this CUDA toolkit against a torch built
+#: for another minor release of the same major ("the APIs are compatible"): the
+#: ``cuda_minor_mismatch_ok`` table of op_builder/builder.py, read at every release tag.
+CUDA_MINOR_OK_SINCE: dict[tuple[int, int], tuple[int, int, int]] = {
+    **{(10, m): (0, 4, 0) for m in range(3)},
+    **{(11, m): (0, 4, 0) for m in range(4)},
+    (11, 4): (0, 5, 2), (11, 5): (0, 5, 7), (11, 6): (0, 6, 1), (11, 7): (0, 7, 1),
+    (11, 8): (0, 7, 4), (12, 0): (0, 9, 3), (12, 1): (0, 9, 3), (12, 2): (0, 12, 1),
+    (12, 3): (0, 12, 1), (12, 4): (0, 14, 3), (12, 5): (0, 14, 3), (12, 6): (0, 15, 3),
+    (12, 8): (0, 16, 4), (12, 9): (0, 17, 2),
+}
+#: DS_SKIP_CUDA_CHECK=1 lets assert_no_cuda_mismatch accept any mismatch from this release on.
+SKIP_CUDA_CHECK_SINCE = (0, 9, 3)
+
+
+def _release(v: tuple[int, ...]) -> str:
+    return ".".join(map(str, v))
+
+
+def _cuda_mismatch_fix(inst: str, torch_cuda: str, ds_v: str | None) -> str:
+    """How to get past assert_no_cuda_mismatch for this pair, in the run's DeepSpeed release."""
+    fix = f"install the CUDA toolkit torch was built with ({torch_cuda}) and point CUDA_HOME at it"
+    inst_v, built_v, dsv = version_tuple(inst), version_tuple(torch_cuda), version_tuple(ds_v)
+    if not (inst_v and built_v and inst_v[:1] == built_v[:1]):
+        return fix
+    a = CUDA_MINOR_OK_SINCE.get((inst_v[0], inst_v[1]))
+    b = CUDA_MINOR_OK_SINCE.get((built_v[0], built_v[1]))
+    if a and b and (dsv is None or dsv < max(a, b)):
+        fix += (f", or upgrade DeepSpeed to {_release(max(a, b))} or later, which accepts CUDA "
+                f"{inst} with torch's {torch_cuda}")
+    if dsv is None or dsv >= SKIP_CUDA_CHECK_SINCE:
+        fix += ("; DS_SKIP_CUDA_CHECK=1 also lets this minor-version mismatch through"
+                + (" (DeepSpeed >= 0.9.3)" if dsv is None else ""))
+    return fix
+
 
 def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS108: a DeepSpeed op failed to build/load: CUDA mismatch, no CUDA_HOME, ninja, ..."""
@@ -166,18 +201,11 @@ def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
     lf = log_facts(ctx)
     msgs: list[str] = []
     fixes: list[str] = []
+    ds_v = package_version(ctx, "deepspeed")[0]
     if inst and torch_cuda:
         msgs.append(f"the CUDA toolkit found (nvcc {inst}) does not match the CUDA torch was "
                     f"built with ({torch_cuda})")
-        inst_v, built_v = version_tuple(inst), version_tuple(torch_cuda)
-        fix = f"install CUDA toolkit {torch_cuda} and point CUDA_HOME at it"
-        if inst_v and inst_v[:1] >= (11,):
-            fix += f", or install the torch build for CUDA {inst}"
-        elif inst_v:  # torch 2.x wheels start at CUDA 11.8: none is built for this toolkit
-            fix += f" (no current torch release is built for CUDA {inst})"
-        if inst_v and built_v and inst_v[:1] == built_v[:1]:
-            fix += "; for this minor-version mismatch DS_SKIP_CUDA_CHECK=1 also skips the check"
-        fixes.append(fix)
+        fixes.append(_cuda_mismatch_fix(str(inst), str(torch_cuda), ds_v))
     if "CUDA_HOME" in text or "cuda_home" in text.lower():
         msgs.append("CUDA_HOME is not set or has no nvcc: DeepSpeed cannot compile its CUDA ops")
         fixes.append("install the CUDA toolkit (nvcc) matching torch and export "
@@ -198,12 +226,16 @@ def op_build_failure(ctx: Context, rule: Any) -> Iterator[Finding]:
         msgs.append(f"op {op!r} failed to build")
     if not fixes:
         fixes.append("read the compiler error above the failure")
-    fixes.append("or pre-build the ops at install time: DS_BUILD_OPS=1 (or e.g. "
-                 "DS_BUILD_CPU_ADAM=1) pip install deepspeed --no-build-isolation --no-cache-dir, "
-                 "then check with ds_report")
+    if inst and torch_cuda:
+        # setup.py builds each op with builder.builder(), which runs the same CUDA check.
+        fixes.append("pre-building the ops (DS_BUILD_OPS=1 pip install deepspeed) does not get "
+                     "around it: the install runs the same check")
+    else:
+        fixes.append("or pre-build the ops at install time: DS_BUILD_OPS=1 (or e.g. "
+                     "DS_BUILD_CPU_ADAM=1) pip install deepspeed --no-build-isolation "
+                     "--no-cache-dir, then check with ds_report")
     vers = []
     torch_v = package_version(ctx, "torch")[0]
-    ds_v = package_version(ctx, "deepspeed")[0]
     if torch_v:
         vers.append(f"torch {torch_v}")
     if ds_v:
@@ -343,6 +375,21 @@ def offload_client_optimizer(ctx: Context, rule: Any) -> Iterator[Finding]:
     if dsv is not None and dsv < (0, 8, 3):
         old = (f" DeepSpeed {ds_v} is older than 0.8.3, which added "
                "zero_force_ds_cpu_optimizer: upgrade, or use a config optimizer.")
+    if zero_stage(ctx) == 0:
+        # DeepSpeed checks the offload device, not the stage (engine.zero_use_cpu_optimizer): at
+        # stage 0 a config optimizer is DeepSpeedCPUAdam on GPU parameters, which fails at the
+        # first step, and zero_force_ds_cpu_optimizer false only runs yours with no offload.
+        yield finding(
+            f"ZeRO-Offload was given a client optimizer{what} (line {s.first.line}), and ZeRO is "
+            f"off (stage 0, {stage_source(ctx)}): optimizer offload needs stage 1 or more. A config "
+            f"optimizer would be DeepSpeedCPUAdam on parameters that stay on the GPU (its first step "
+            f"stops at \"CPUAdam param is on cuda:0 and must be 'cpu'\"), and "
+            f"zero_force_ds_cpu_optimizer false would run yours on the GPU with the offload doing "
+            f"nothing.",
+            fix="Set zero_optimization.stage from 0 to 2 (or 3) to offload the optimizer, or delete "
+                "zero_optimization.offload_optimizer to keep ZeRO off.",
+            path="zero_optimization.stage", evidence=s.evidence)
+        return
     yield finding(
         f"ZeRO-Offload was given a client optimizer{what}; DeepSpeed only trusts its own "
         f"CPU optimizer (DeepSpeedCPUAdam) with offload_optimizer (line {s.first.line}).{old}",

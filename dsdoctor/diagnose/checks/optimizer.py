@@ -24,9 +24,9 @@ from dsdoctor.model import Evidence, Finding
 #: DeepSpeed compares them in lower case.
 DS_OPTIMIZERS = ("Adam", "AdamW", "Lamb", "Adagrad", "Lion", "MuAdam", "MuAdamW", "MuSGD", "Muon")
 #: The 1-bit optimizers: in every release up to 0.19.6 (runtime/fp16/onebit/), deleted by
-#: deepspeedai/DeepSpeed#8490 before 0.19.8 (whose runtime/config.py no longer lists them).
+#: deepspeedai/DeepSpeed#8490 in 0.19.7 (whose runtime/config.py no longer lists them).
 ONEBIT_OPTIMIZERS = ("OneBitAdam", "ZeroOneAdam", "OneBitLamb")
-ONEBIT_GONE = (0, 19, 8)
+ONEBIT_GONE = (0, 19, 7)
 #: DeepSpeed's Lion (DeepSpeedCPULion, FusedLion) joined ZeRO's tested list in 0.11.0
 #: (deepspeedai/DeepSpeed#4331, runtime/zero/utils.py ZERO_SUPPORTED_OPTIMIZERS).
 LION_TESTED = (0, 11, 0)
@@ -43,7 +43,7 @@ TORCH_SCHEDULERS = ("LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "Co
 
 
 def onebit_removed(release: str) -> bool:
-    """True for the releases without the 1-bit optimizers (0.19.8 and later)."""
+    """True for the releases without the 1-bit optimizers (0.19.7 and later)."""
     return parse_version(release) >= ONEBIT_GONE
 
 
@@ -83,7 +83,7 @@ def unknown_optimizer_or_scheduler(ctx: Context, rule: Any) -> Iterator[Finding]
         if gone:
             yield finding(
                 f"optimizer.type is {show_json(typ)}: the 1-bit optimizers (OneBitAdam, "
-                f"ZeroOneAdam, OneBitLamb) were deleted from DeepSpeed before 0.19.8, and this run "
+                f"ZeroOneAdam, OneBitLamb) were deleted from DeepSpeed in 0.19.7, and this run "
                 f"is linted against DeepSpeed {release} ({ctx.ds_version_source}), so "
                 f"deepspeed.initialize fails looking for torch.optim.{typ}"
                 + (" (no input states the run's release: --env or --ds-version settles it)."

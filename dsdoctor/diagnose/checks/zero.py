@@ -41,17 +41,38 @@ def offload_param_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
 
 
 def offload_optimizer_without_zero(ctx: Context, rule: Any) -> Iterator[Finding]:
-    """offload_optimizer with ZeRO disabled (stage 0) does nothing."""
+    """offload_optimizer with ZeRO disabled (stage 0): DeepSpeed still builds its CPU optimizer
+    (engine.zero_use_cpu_optimizer reads the offload device, not the stage), on parameters that
+    nothing moved off the GPU."""
     dev = device_name(ctx.cfg_get("zero_optimization.offload_optimizer.device"))
     stage = written_stage(ctx)
     if dev is None or stage is None or stage != 0:
         return
     written = ctx.cfg_has("zero_optimization.stage")
+    typ = ctx.cfg_get("optimizer.type")
+    torch_adam = truthy_arg(ctx.cfg_get("optimizer.params.torch_adam", False))
+    breaks = True  # the run stops (error); only the offload is lost otherwise (warning)
+    cpu_class = {"adam": "DeepSpeedCPUAdam", "adamw": "DeepSpeedCPUAdam",
+                 "adagrad": "DeepSpeedCPUAdagrad", "lion": "DeepSpeedCPULion"}.get(
+        typ.lower() if isinstance(typ, str) else "")
+    if cpu_class and not (torch_adam and cpu_class == "DeepSpeedCPUAdam"):
+        what = (f"DeepSpeed still builds {cpu_class} for the config's optimizer, but at stage 0 "
+                f"nothing moves the parameters to the CPU, so the first optimizer step stops at "
+                f"\"{cpu_class[9:]} param is on cuda:0 and must be 'cpu'\"")
+    elif typ is None:
+        what = ("the optimizer then comes from the script or the Trainer, and deepspeed.initialize "
+                "refuses it (\"You are using ZeRO-Offload with a client provided optimizer\", "
+                "DS111); with zero_force_ds_cpu_optimizer false it runs on the GPU and the offload "
+                "does nothing")
+    else:  # e.g. a torch.optim class: it runs on the GPU, only the offload is lost
+        breaks = False
+        what = "the optimizer states stay on the GPU and the offload does nothing"
     yield finding(
         f"zero_optimization.offload_optimizer (device {show_json(dev)}) needs ZeRO stage 1 or more, and "
         f"the stage is 0{'' if written else ' (zero_optimization.stage is not set; 0 is the default)'}: "
-        f"ZeRO is off, so the optimizer states stay on the GPU and the offload does nothing.",
+        f"{what}.",
         path="zero_optimization.stage" if written else "zero_optimization.offload_optimizer",
+        severity="" if breaks else "warning",
         fix="set zero_optimization.stage from 0 to 2 (ZeRO-2 + optimizer offload, the usual "
             "ZeRO-Offload setup) or 3; or delete zero_optimization.offload_optimizer")
 
@@ -72,7 +93,7 @@ def nvme_without_path(ctx: Context, rule: Any) -> Iterator[Finding]:
             f"under that directory, and with none DeepSpeed fails when it creates the swapper.",
             path=f"{base}.nvme_path" if p is not None else f"{base}.device",
             fix=f"add \"nvme_path\": \"/local_nvme\" to {base} (a directory on a local NVMe "
-                f"drive, about 3 GB/s; not a network filesystem), or set device to \"cpu\"")
+                f"drive, not a network filesystem), or set device to \"cpu\"")
 
 
 def nvme_below_stage3(ctx: Context, rule: Any) -> Iterator[Finding]:
