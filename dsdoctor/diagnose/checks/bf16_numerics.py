@@ -3,12 +3,12 @@ gradient reductions in bf16 across several GPUs (DS219). Both are advice (info):
 but loses precision the config can buy back.
 
 What DeepSpeed does with ``data_types.grad_accum_dtype`` (runtime/engine.py,
-``_do_optimizer_sanity_check``, the same from 0.7.6 to 0.19.8): with bf16 and ZeRO stage 1 without
-CPU offload, ``"fp32"`` selects the BF16_Optimizer, which accumulates gradients in fp32; without
-ZeRO a bf16 model with fp32 accumulation is an "unsupported mix" (NotImplementedError). Since
-0.10.1 the ZeRO-1/2 and ZeRO-3 optimizers take it too (``gradient_accumulation_dtype``,
+``_do_optimizer_sanity_check``): with bf16 and ZeRO stage 1, ``"fp32"`` selects the
+BF16_Optimizer, which accumulates gradients in fp32 (from 0.7.6; only without CPU offload from
+0.10.1). Since 0.10.1 the ZeRO-1/2 and ZeRO-3 optimizers take it too (``gradient_accumulation_dtype``,
 engine.py:2384 and 2466 at v0.19.5; stage_1_and_2.py:1105-1107 sums in it); before, stages 2/3
-never read it.
+refused it ("must be equal to use ZeRO"). Without ZeRO, from 0.17.6 bf16 gradients are summed in
+bf16 and fp32 is an "unsupported mix"; before, the BF16 wrapper summed them in fp32 by default.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ MANY_TERMS = 8
 ACCUM_KEY = "data_types.grad_accum_dtype"
 #: The first release whose ZeRO-1/2 and ZeRO-3 optimizers accumulate in grad_accum_dtype.
 ZERO_READS_ACCUM = (0, 10, 1)
+#: The first release that sums a bf16 model's gradients in bf16 without ZeRO by default and
+#: refuses fp32 accumulation there ("unsupported mix"); before it, no ZeRO meant DeepSpeed's
+#: BF16 wrapper, accumulating in fp32 (get_data_types and _do_optimizer_sanity_check at v0.17.5).
+NO_ZERO_SUMS_BF16 = (0, 17, 6)
 COMM_KEY = "communication_data_type"
 
 
@@ -71,7 +75,10 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     steps = f"gradient_accumulation_steps {accum.value} ({accum.source.describe()})"
     offload = offload_device(ctx, "optimizer")
-    if stage == 1 and not offload:
+    version = version_tuple(ctx.ds_version)
+    old_release = version is not None and version < ZERO_READS_ACCUM
+    # Before 0.10.1, ZeRO-1 took the BF16_Optimizer for "fp32" with or without offload.
+    if stage == 1 and (not offload or old_release):
         if written == "fp32":
             return
         yield finding(
@@ -87,19 +94,20 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
             change={"op": "set", "path": ACCUM_KEY, "old": ctx.cfg_get(ACCUM_KEY), "new": "fp32"})
         return
     if stage == 0:
+        if version is not None and version < NO_ZERO_SUMS_BF16:
+            return  # the BF16 wrapper accumulates in fp32 by default there
         if written == "fp32":
             return  # DeepSpeed refuses this mix at start-up; the run's own error says so
         yield finding(
-            f"bf16 without ZeRO and {steps}: gradients are summed in bf16 (8 bits of mantissa). "
-            f"{ACCUM_KEY} \"fp32\" is not accepted without ZeRO (DeepSpeed raises "
-            f"\"unsupported mix\"); ZeRO stage 1 is where it works.",
+            f"bf16 without ZeRO and {steps}: gradients are summed in bf16 (8 bits of mantissa; "
+            f"DeepSpeed 0.17.6 and later). {ACCUM_KEY} \"fp32\" is not accepted without ZeRO "
+            f"(DeepSpeed raises \"unsupported mix\"); ZeRO stage 1 is where it works.",
             path="zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage") else "bf16",
             fix="set zero_optimization.stage to 1 and "
                 + _adding(ctx, '"data_types": {"grad_accum_dtype": "fp32"}')
                 + " (fp32 accumulation in the BF16_Optimizer), or accumulate fewer steps with a "
                 "larger micro batch")
         return
-    version = version_tuple(ctx.ds_version)
     if version is None or version >= ZERO_READS_ACCUM:
         if written == "fp32":
             return  # the ZeRO optimizer sums the gradients in fp32
@@ -114,24 +122,26 @@ def bf16_grad_accumulation(ctx: Context, rule: Any) -> Iterator[Finding]:
                 "buffers: more GPU memory), or accumulate fewer steps with a larger micro batch",
             change={"op": "set", "path": ACCUM_KEY, "old": ctx.cfg_get(ACCUM_KEY), "new": "fp32"})
         return
-    # Before 0.10.1, stage 2/3 or stage 1 with optimizer offload: the key is not read.
-    why = f"ZeRO stage {stage}" + (f" with optimizer offload ({offload})" if offload else "")
+    # Before 0.10.1, stage 2/3: the ZeRO optimizer sums in the model's dtype and refuses any other
+    # (engine.py _do_optimizer_sanity_check at v0.9.5 and v0.10.0).
+    why = f"ZeRO stage {stage}"
     if written == "fp32":
         yield finding(
-            f"{ACCUM_KEY} is \"fp32\" with bf16 and {why}: DeepSpeed reads it only at ZeRO stage 1 "
-            f"without offload, so the {accum.value} micro-batches' gradients are still summed in "
-            f"bf16 here; the key does nothing.",
+            f"{ACCUM_KEY} is \"fp32\" with bf16 and {why}: DeepSpeed {ctx.ds_version} accepts it "
+            f"only at ZeRO stage 1 and refuses it at stage 2 or 3 at start-up (\"Model data type "
+            f"and gradient accumulation data type must be equal to use ZeRO\").",
             path=ACCUM_KEY,
-            fix=f"to accumulate in fp32 run ZeRO stage 1 without offload_optimizer (if the memory "
-                f"allows); otherwise delete {ACCUM_KEY} (it is ignored) and prefer fewer "
-                f"accumulation steps with a larger micro batch")
+            fix=f"to accumulate in fp32 run ZeRO stage 1 (if the memory allows) or DeepSpeed 0.10.1 "
+                f"or later; otherwise delete {ACCUM_KEY} and prefer fewer accumulation steps with "
+                f"a larger micro batch")
         return
     yield finding(
         f"bf16 with {steps} and {why}: the gradient partitions are summed in bf16 (8 bits of "
         f"mantissa) over {accum.value} micro-batches. The guide's {ACCUM_KEY} \"fp32\" is read only "
-        f"at ZeRO stage 1 without offload, so adding it here would change nothing.",
+        f"at ZeRO stage 1 before DeepSpeed 0.10.1; at stage {stage} this release refuses it at "
+        f"start-up.",
         path="bf16",
-        fix=("if the loss is noisier than in fp32, use ZeRO stage 1 without offload_optimizer and "
+        fix=("if the loss is noisier than in fp32, use ZeRO stage 1 (or DeepSpeed 0.10.1 or later) and "
              + _adding(ctx, '"data_types": {"grad_accum_dtype": "fp32"}')
              + " (if the memory allows), or accumulate fewer steps with a larger micro batch"))
 

@@ -128,8 +128,8 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
                       "a rank that never reached this collective (another code path, a slow "
                       "step on one rank) or a network problem between GPUs/nodes")
     if s.patterns.get("hccl-timeout"):  # Ascend NPUs: HCCL has its own timeouts and logs
-        fixes.append("find the rank that did not arrive (its plog under ~/ascend/log, with "
-                     "ASCEND_GLOBAL_EVENT_ENABLE=1); if a step is legitimately long, raise "
+        fixes.append("find the rank that did not arrive (each rank's own log); if a step is "
+                     "legitimately long, raise "
                      "HCCL_EXEC_TIMEOUT (collectives) or HCCL_CONNECT_TIMEOUT (set-up) on every rank")
     elif culprit is None or culprit.kind == "failed-first":
         # "raise the timeout" only when every rank is seen in the same collective: a desync

@@ -199,9 +199,9 @@ def _cuda_cause(err: str, assertion: str | None) -> tuple[str, str]:
                 "update the driver, or install a torch build for the CUDA major version the "
                 "driver supports")
     if e.startswith("cublas_status") or e.startswith("cudnn_status"):
-        return ("a cuBLAS/cuDNN call failed: often the GPU is nearly full (the library could not "
-                "get a workspace), a dtype the GPU does not support (bf16 before Ampere), or a "
-                "corrupted CUDA context after an earlier error",
+        return ("a cuBLAS/cuDNN call failed; possible reasons: the GPU is nearly full (the "
+                "library could not get a workspace), a dtype the GPU does not support, or a CUDA "
+                "context broken by an earlier error",
                 "look for an earlier error or OOM; check the dtype against the GPU; rerun with "
                 "CUDA_LAUNCH_BLOCKING=1")
     if "ecc" in e or "uncorrectable" in e:

@@ -132,11 +132,13 @@ def cpu_oom_killed(ctx: Context, rule: Any) -> Iterator[Finding]:
     if total and not (stage and stage >= 3) and at_load:
         n = world_size(ctx) or 1
         bits.append(f"Every rank loads the whole model into RAM before DeepSpeed partitions it "
-                    f"({n} rank(s) x {total * 4 / 2**30:.1f} GiB in fp32).")
+                    f"({n} rank(s) x {total * 4 / 2**30:.1f} GiB in fp32, the Transformers 4 default; "
+                    "half that in a 16-bit dtype).")
     if at_load:
         fixes.append("with ZeRO-3, create TrainingArguments (Trainer) or HfDeepSpeedConfig "
                      "(own loop) before from_pretrained so the model is loaded already "
-                     "partitioned (zero.Init), and load in the checkpoint's dtype (torch_dtype)")
+                     "partitioned (zero.Init), and load in the checkpoint's dtype (torch_dtype; "
+                     "the default from Transformers 5)")
     else:
         bits.append("The run had trained (a step or a loss before the kill), so loading the "
                     "model is not what ran out.")

@@ -212,7 +212,7 @@ def nan_loss(ctx: Context, rule: Any) -> Iterator[Finding]:
                       "values do not overflow the way fp16's do)")
     elif bf16 and fp16:
         causes.append(f"the model was pretrained in bf16 ({bf16}) and runs in fp16 "
-                      f"({fp16[0][1]}): its activations exceed fp16's range (max 65504)")
+                      f"({fp16[0][1]}): its activations can exceed fp16's range (max 65504)")
         fixes.append("train in bf16 (Ampere or newer) or fp32, not fp16")
         path = fp16[0][0]
     elif fp16:
