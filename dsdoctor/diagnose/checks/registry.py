@@ -26,6 +26,7 @@ from dsdoctor.diagnose.checks import (
     offload_tuning,
     oom,
     optimizer,
+    parallelism,
     peft_offload,
     precision,
     preflight,
@@ -67,6 +68,10 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     infra.checkpoint_error,  # DS119
     ssh.ssh_failure,  # DS120
     traceback_cut.traceback_cut,  # DS121
+    parallelism.autotp_data_inconsistency,  # DS130
+    parallelism.ulysses_seqlen_not_divisible,  # DS131
+    parallelism.master_weights_need_offload,  # DS132
+    parallelism.vllm_weight_sync_failed,  # DS133
     precision.bf16_model_in_fp16,  # DS201
     trainer.zero3_generate_without_synced_gpus,  # DS202
     memory.offload_exceeds_cpu_ram,  # DS203
@@ -103,6 +108,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     nvme_storage.nvme_path_not_on_nvme,  # DS234
     node_local_storage.zero_shards_on_other_nodes,  # DS235
     fp32_recovery.fp32_recovery_during_training,  # DS236
+    parallelism.autotp_package_versions,  # DS242
     fp32_recovery.fp32_load_without_checkpoint,  # DS237
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
@@ -129,6 +135,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.zero3_init_flag,  # DS323
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
+    parallelism.bf16_master_weights_without_offload,  # DS330
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
