@@ -125,7 +125,7 @@ def test_ctrl_c_stops_the_command_group(tmp_path):
     assert "stopping the command (SIGINT" in err
     assert "command ended:" in out
     assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
 
 
 def test_launch_errors_are_one_line(tmp_path):
