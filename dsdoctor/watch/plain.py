@@ -218,6 +218,7 @@ class PlainWatch:
 
     def leave(self) -> int:
         """q-like exits (idle, Ctrl-C without a command): the findings so far, summarized."""
+        self.follower.flush(final=True)  # a last line without its newline counts too
         state = self.follower.snapshot()
         return max(self.worst, self.summarize(state.findings))
 
