@@ -59,6 +59,11 @@ def test_stall_is_raised_with_the_last_progress_line_then_cleared(tmp_path):
     else:
         assert "pip install py-spy" in stack
     assert "command ended: exit status 3" in out
+    # the summary after the command: the stall is kept (cleared: a warning), its stacks under it
+    summary = out[out.index("command ended"):]
+    assert "  warning: WATCH-HANG run-stalled: stalled for " in summary
+    if find_py_spy():
+        assert "    pid " in summary and "wait_for_the_data_loader (train.py:8)" in summary
     assert proc.returncode == 1  # a failed command is never called clean
     assert log.read_text().count("'loss'") == 5  # the tee is byte for byte
 
@@ -125,7 +130,7 @@ def test_ctrl_c_stops_the_command_group(tmp_path):
     assert "stopping the command (SIGINT" in err
     assert "command ended:" in out
     assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
 
 
 def test_launch_errors_are_one_line(tmp_path):

@@ -86,7 +86,8 @@ def run_screens(monkeypatch: pytest.MonkeyPatch,
     follower.flush(final=True)
 
     async def main() -> None:
-        app = WatchApp(follower, poll=0.05, machine=full_ram)
+        # py-spy or not: the screens do not depend on this host
+        app = WatchApp(follower, poll=0.05, machine=full_ram, py_spy_note=lambda: None)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: "WATCH-RAM" in screen_text(app) and
                            "DS102" in screen_text(app), "the findings")

@@ -43,6 +43,20 @@ def _analyze(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
         return None, None, [msg]
 
 
+def _with_watch_findings(report: Any, path: str) -> Any:
+    """watch's key r: what only watch saw (a hang and the ranks' stacks), first among the
+    findings; no log line says it."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from dsdoctor.watch.hang import findings_from_json  # noqa: PLC0415
+
+    try:
+        extra = findings_from_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--watch-findings {path}: cannot read it ({exc})") from None
+    return replace(report, findings=(*extra, *report.findings))
+
+
 def expand_envs(specs: list[str]) -> list[str]:
     """``--env`` values: files, ``local``, or globs (``'env-*.json'``, quoted from the shell)."""
     out: list[str] = []
@@ -135,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
     analysis_args.script = [s for s in args.script or [] if s not in shell]
     analysis_args.env = env_paths[0] if env_paths else None
     report, run_model, notes = _analyze(analysis_args)
+    if args.watch_findings and report is not None:
+        report = _with_watch_findings(report, args.watch_findings)
     if not envs:
         notes.append("no --env given: system info left for you to fill "
                      "(run 'dsdoctor env --format json' on the training node and pass --env FILE)")
@@ -203,4 +219,6 @@ def register(subparsers: Any) -> None:
     # so existing scripts keep working, and do nothing more than the default.
     p.add_argument("--redact-paths", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--redact-hosts", action="store_true", help=argparse.SUPPRESS)
+    # watch's key r: its own findings (a hang, the ranks' stacks) as JSON (watch/hang.py)
+    p.add_argument("--watch-findings", metavar="FILE", help=argparse.SUPPRESS)
     p.set_defaults(func=run)

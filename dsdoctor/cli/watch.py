@@ -191,8 +191,13 @@ def run(args: argparse.Namespace) -> int:
                               machine=sample_machine if machine else None).run()
         from dsdoctor.watch.app import WatchApp  # noqa: PLC0415 - textual only for the TUI
 
-        WatchApp(follower, launched=launched, pid=args.pid,
-                              machine=sample_machine if machine else None).run()
+        app = WatchApp(follower, launched=launched, pid=args.pid,
+                       machine=sample_machine if machine else None)
+        try:
+            app.run()
+        except KeyboardInterrupt:  # a SIGINT from outside the terminal: leave as q does
+            pass
+        code = _summarize(app.summary_findings())
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
@@ -203,4 +208,17 @@ def run(args: argparse.Namespace) -> int:
         if status is not None:
             print(f"dsdoctor: command ended: {status.describe()}; log: {launched.log_path}",
                   file=sys.stderr)
-    return 0
+    return code
+
+
+def _summarize(findings: list) -> int:
+    """After the TUI (q, Ctrl-C): what it showed, the hang and its stacks first, stays on the
+    terminal; the exit code is analyze's convention (1 on an error finding or a hang)."""
+    from dsdoctor.redact import Redactor  # noqa: PLC0415
+    from dsdoctor.safeio import one_line  # noqa: PLC0415
+    from dsdoctor.watch.hang import exit_code, summary_lines  # noqa: PLC0415
+
+    red = Redactor()
+    for line in summary_lines(findings):
+        print(one_line(red.text(line)), flush=True)
+    return exit_code(findings)

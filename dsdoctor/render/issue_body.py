@@ -59,6 +59,7 @@ from dsdoctor.render.issue_launch import (
     read_shell_script,
 )
 from dsdoctor.render.issue_log import ExcerptLine, LogExcerpt, first_error_excerpt
+from dsdoctor.watch.hang import HANG_RULE, STACKS_FILE
 
 #: target -> (GitHub repository, template style, title prefix)
 TARGETS: dict[str, tuple[str, str, str]] = {
@@ -121,11 +122,19 @@ def _findings_md(report: Report | None, red: Redactor) -> list[str]:
         return []
     out: list[str] = []
     for f in report.findings:
-        loc = f" (evidence: {', '.join(_loc(e) for e in f.evidence[:3])})" if f.evidence else ""
+        logged = [e for e in f.evidence if e.file != STACKS_FILE]
+        loc = f" (evidence: {', '.join(_loc(e) for e in logged[:3])})" if logged else ""
         cfg = f" [config `{f.config_path}`]" if f.config_path else ""
         line = f"- **{f.rule} {f.name}** ({f.severity}): {f.title}{cfg}{loc}"
         if f.fix:
             line += f"  \n  Suggested fix: {f.fix.strip().splitlines()[0]}"
+        if f.rule == HANG_RULE and f.evidence:
+            # what watch saw live (the last progress line, the ranks' stacks): no excerpt of the
+            # log holds it, and it was never through the analysis's redaction
+            shown = "\n".join("  " + red.cut(e.text if e.file == STACKS_FILE
+                                              else f"{_loc(e)}: {e.text}", 400).replace("`", "'")
+                              for e in f.evidence)
+            line += f"\n\n  ```text\n{shown}\n  ```"
         out.append(line)
     if not out:
         for s in report.symptoms:

@@ -28,12 +28,14 @@ from dsdoctor.model import Evidence, Finding
 from dsdoctor.redact import Redactor
 from dsdoctor.render.analysis import SEVERITY_STYLE
 from dsdoctor.watch.follow import Follower
+from dsdoctor.watch.hang import StallSeen, hang_finding, watch_findings
 from dsdoctor.watch.launch import ExitStatus, Launched
 from dsdoctor.watch.logpane import LogPane
 from dsdoctor.watch.logview import Match
 from dsdoctor.watch.machine import POLL_SECONDS as MACHINE_SECONDS
 from dsdoctor.watch.machine import MachineSample, ram_finding
 from dsdoctor.watch.progress import StallChange, StallStatus, TqdmTick
+from dsdoctor.watch.ranks import RankProcess
 from dsdoctor.watch.tailer import POLL_SECONDS, WatchState
 
 TICK_SECONDS = 1.0  # the header's "last progress Ns ago" and the stall check tick this often
@@ -115,11 +117,14 @@ class WatchApp(App):
                 Binding("N", "search_next(False)", "previous"),
                 Binding("f", "next_file", "next file"),
                 Binding("escape", "leave", "follow"),
-                Binding("c", "clear", "clear"), Binding("r", "report", "report")]
+                Binding("c", "clear", "clear"), Binding("r", "report", "report"),
+                # Ctrl-C leaves like q (Textual would only hint at ctrl+q): the summary follows
+                Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
 
     def __init__(self, source: Follower, poll: float = POLL_SECONDS,
                  launched: Launched | None = None, pid: int | None = None,
-                 machine: Callable[[], MachineSample] | None = None):
+                 machine: Callable[[], MachineSample] | None = None,
+                 py_spy_note: Callable[[], str | None] | None = None):
         super().__init__()
         self.tailer = source
         self.launched = launched
@@ -134,6 +139,16 @@ class WatchApp(App):
         self.paused = False
         self.machine = machine  # --env local: machine.sample_machine; None with --env none
         self.ram_alert: Finding | None = None  # host RAM past the alert, from the machine poll
+        # the last stall and its stacks, kept for the list, key r and the summary (hang.py)
+        self.stall_seen: StallSeen | None = None
+        self.hang: Finding | None = None  # as listed: made on each stall change, not each second
+        self.procs: tuple[RankProcess, ...] = ()  # watch LOG: the ranks the launcher spawned
+        self._looked = self.root_pid is not None  # the log's launcher lines looked at
+        if py_spy_note is None:  # tests inject theirs: the screens do not depend on this host
+            from dsdoctor.watch.plain import py_spy_note as here  # noqa: PLC0415
+
+            py_spy_note = here
+        self._py_spy_note = py_spy_note
         self.findings: list[Finding] = []  # as listed, most severe first
         self._listed: tuple[str, ...] | None = None  # None: never listed yet
         self._progress_text = ""
@@ -179,7 +194,17 @@ class WatchApp(App):
             self.query_one("#machine", Static).update("this machine: not watched (--env none)")
         self.set_focus(self.query_one("#findings", OptionList))
         self._refresh_log()
+        note = self._py_spy_note()
+        if note is not None:  # at start: a stall would come with no stacks
+            self.say(note, style="yellow")
+            self._event_note(note)
         threading.Thread(target=self._worker, daemon=True, name="dsdoctor-tail").start()
+
+    def _event_note(self, note: str) -> None:
+        """A line of watch's own in the events pane (it stays there, unlike the message line)."""
+        self.query_one("#events", RichLog).write(
+            Text(self._red.text(note), style="yellow", no_wrap=True,
+                 overflow="ellipsis"), shrink=True)
 
     def say(self, message: str, style: str = "") -> None:
         """A message on its own line (never a toast over the findings)."""
@@ -221,6 +246,9 @@ class WatchApp(App):
                     events = self.tailer.take_events()
                     self.call_from_thread(self._apply, state, events)
                     last_eval, dirty = now, read
+                    if not self._looked and self.tailer.caught_up:
+                        self._looked = True
+                        self.call_from_thread(self._event_note, self._attach_from_log())
             self._stop.wait(0.05 if dirty else self.poll_seconds)
 
     def _poll_machine(self, sample_machine: Callable[[], MachineSample]) -> None:
@@ -237,26 +265,58 @@ class WatchApp(App):
         self.ram_alert = alert
         self._list_findings(self.tailer.state.findings)  # a no-op when nothing changed
 
+    def _attach_from_log(self) -> str:
+        """Worker thread, watch LOG: the ranks from the launcher's 'spawned' lines (spawned.py);
+        the line that says what was found."""
+        from dsdoctor.watch.spawned import attach, spawned_ranks  # noqa: PLC0415
+
+        found = attach(spawned_ranks(self.tailer.launch_facts))
+        self.procs = found.procs
+        return found.note
+
     def _on_stall_change(self, change: StallChange) -> None:
         """Worker thread: on a stall, dump the ranks' stacks (seconds of py-spy, off the UI)."""
+        from dsdoctor.watch.plain import rank_stacks, seen_stall  # noqa: PLC0415
+
         if change.kind == "resumed":
             # the stall's evidence stays on screen: a hang that ends in a timeout error is exactly
             # when the user wants to see which rank was stuck where
             self.cleared_after = change.stalled_for
+            if self.stall_seen is not None:
+                self.stall_seen = self.stall_seen.resumed(change.stalled_for)
+                self.hang = hang_finding(self.stall_seen)
             return
         self.cleared_after = None
         self.stall_text = change.status.describe()
         self.stack_lines = ()
-        if self.root_pid is not None:
-            from dsdoctor.watch.plain import rank_stack_lines  # noqa: PLC0415
+        if self.root_pid is None and not self.procs:
+            self._attach_from_log()  # the launcher's lines may have come after the start
+        dump = None
+        if self.root_pid is not None or self.procs:
+            dump = rank_stacks(self.root_pid, self.procs)
+            self.stack_lines = dump.lines
+        self.stall_seen = seen_stall(change.status, dump)
+        self.hang = hang_finding(self.stall_seen)
 
-            self.stack_lines = tuple(rank_stack_lines(self.root_pid))
+    def watch_extra(self) -> list[Finding]:
+        """watch's own findings now: the hang (its length so far), host RAM past the alert."""
+        extra = []
+        if self.stall_seen is not None:
+            extra.append(hang_finding(self.stall_seen, self.tailer.stall.status()))
+        if self.ram_alert is not None:
+            extra.append(self.ram_alert)
+        return extra
+
+    def summary_findings(self) -> list[Finding]:
+        """What the summary on exit lists: the hang first, then the rest, most severe first."""
+        return watch_findings(self.tailer.state.findings, self.watch_extra())
 
     def _apply_progress(self, stall: StallStatus, plots: list[str],
                         bar: TqdmTick | None = None) -> None:
         self.query_one("#plots", Static).update(Text("\n".join(plots), style="cyan"))
         self._progress_text = progress_header(stall, bar)
         self._set_sub_title()
+        self._list_findings(self.tailer.state.findings)  # the hang, once raised or cleared
         banner = self.query_one("#stall", Static)
         banner.set_class(stall.stalled, "stalled")
         banner.set_class(not stall.stalled and bool(self.stall_text), "cleared")
@@ -332,6 +392,8 @@ class WatchApp(App):
         selected one selected."""
         shown = list(findings) + ([self.ram_alert] if self.ram_alert is not None else [])
         shown.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+        if self.hang is not None:  # the hang first: it is what the stall banner is about
+            shown.insert(0, self.hang)
         keys = tuple(finding_key(f) + f.title for f in shown)
         self.findings = shown
         if keys == self._listed:
@@ -464,13 +526,15 @@ class WatchApp(App):
     def action_report(self) -> None:
         """Write the issue report of what was seen so far (dsdoctor report, in a thread)."""
         self.say("writing the issue report...")
-        threading.Thread(target=self._write_report, daemon=True, name="dsdoctor-report").start()
+        extra = self.watch_extra()  # the hang and its stacks: no log line says them
+        threading.Thread(target=self._write_report, args=(extra,), daemon=True,
+                         name="dsdoctor-report").start()
 
-    def _write_report(self) -> None:
+    def _write_report(self, extra: list[Finding]) -> None:
         from dsdoctor.watch.issue import write_issue_report  # noqa: PLC0415
 
         ok, message = write_issue_report(self.tailer.paths, self.tailer.inputs,
-                                         self.report_path)
+                                         self.report_path, extra)
         self.last_report = message
         self.call_from_thread(self.say, message, "" if ok else "bold red")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import FileSummary, Scanner
-from dsdoctor.model import Evidence
+from dsdoctor.model import Evidence, Fact
 from dsdoctor.watch.progress import (
     FLOOR_SECONDS,
     BarTracker,
@@ -46,6 +46,9 @@ class Follower:
             t.on_progress = self._on_progress
             t.on_tick = self._on_tick
         self.state = WatchState()
+        # the launcher's "spawned with command" lines (pid and argv), from the last snapshot:
+        # watch LOG finds the ranks' pids in them (spawned.py)
+        self.launch_facts: tuple[Fact, ...] = ()
 
     @property
     def path(self) -> str:
@@ -72,6 +75,11 @@ class Follower:
         if change:
             with self._lock:
                 self._changes.append(change)
+
+    @property
+    def caught_up(self) -> bool:
+        """The backlog already in the logs has been read."""
+        return self._caught_up
 
     def _lines(self) -> int:
         return sum(t.tail.lines_read for t in self.tailers)
@@ -117,5 +125,7 @@ class Follower:
         res = self.scanner.result()
         res.files = [FileSummary(path=t.path, lines=t.tail.lines_read, bytes=t.tail.bytes_read)
                      for t in self.tailers]
+        self.launch_facts = tuple(f for f in res.facts
+                                  if f.name == "launch-argv" and "pid" in f.values)
         self.state = watch_state(self.inputs, res, self.state)
         return self.state

@@ -8,35 +8,88 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from dsdoctor.model import Finding
 from dsdoctor.redact import Redactor
 from dsdoctor.safeio import one_line
 from dsdoctor.watch.follow import Follower
+from dsdoctor.watch.hang import (
+    StallSeen,
+    exit_code,
+    hang_finding,
+    stack_lines,
+    summary_lines,
+    watch_findings,
+)
 from dsdoctor.watch.launch import ExitStatus, Launched
 from dsdoctor.watch.machine import POLL_SECONDS as MACHINE_SECONDS
 from dsdoctor.watch.machine import MachineSample, ram_finding
-from dsdoctor.watch.progress import StallChange
+from dsdoctor.watch.progress import StallChange, StallStatus
+from dsdoctor.watch.ranks import RankProcess
 
 Say = Callable[[str], None]
 
 
-def rank_stack_lines(root_pid: int) -> list[str]:
-    """Dump and explain the stacks of the ranks under ``root_pid`` (the launcher or a rank)."""
+@dataclass(frozen=True)
+class RankStacks:
+    """What a stall's stack dump gave: the lines to show, and whether py-spy read any stack (the
+    lines are then the grouped stacks; else they say why there are none)."""
+
+    lines: tuple[str, ...]
+    dumped: bool
+
+
+def rank_stacks(root_pid: int | None = None,
+                procs: Sequence[RankProcess] = ()) -> RankStacks:
+    """Dump and explain the stacks of the ranks under ``root_pid`` (the launcher or a rank), or
+    of ``procs`` (the ranks the log's launcher spawned, spawned.py)."""
     from dsdoctor.errors import UsageError  # noqa: PLC0415
     from dsdoctor.watch import stacks  # noqa: PLC0415
     from dsdoctor.watch.ranks import find_ranks  # noqa: PLC0415
 
-    try:
-        procs = find_ranks(root_pid)
-    except UsageError as exc:
-        return [f"rank stacks: {exc}"]
-    if not procs:
-        return [f"rank stacks: no Python process found under pid {root_pid}"]
+    found = list(procs)
+    if root_pid is not None:
+        try:
+            found = find_ranks(root_pid)
+        except UsageError as exc:
+            return RankStacks((f"rank stacks: {exc}",), False)
+        if not found:
+            return RankStacks((f"rank stacks: no Python process found under pid {root_pid}",),
+                              False)
+    if not found:
+        return RankStacks(("rank stacks: no rank process known: give --pid PID",), False)
     exe = stacks.find_py_spy()
     if exe is None:
-        return [f"rank stacks: py-spy is not installed: {stacks.INSTALL_HINT}"]
-    return ["rank stacks: " + line for line in stacks.explain(stacks.dump_ranks(procs, exe)).lines]
+        return RankStacks((f"rank stacks: py-spy is not installed: {stacks.INSTALL_HINT}",), False)
+    dumped = stacks.dump_ranks(found, exe)
+    lines = tuple("rank stacks: " + line for line in stacks.explain(dumped).lines)
+    return RankStacks(lines, any(s.frames for s in dumped))
+
+
+def rank_stack_lines(root_pid: int) -> list[str]:
+    """Dump and explain the stacks of the ranks under ``root_pid`` (the launcher or a rank)."""
+    return list(rank_stacks(root_pid).lines)
+
+
+def seen_stall(status: StallStatus, dump: RankStacks | None) -> StallSeen:
+    """A stall and its stacks as hang.py keeps them: the stacks when py-spy read them, else why
+    there are none."""
+    if dump is None:
+        return StallSeen(status, stacks_note="no rank process known (give --pid PID)")
+    if dump.dumped:
+        return StallSeen(status, stacks=stack_lines(dump.lines))
+    return StallSeen(status, stacks_note="; ".join(stack_lines(dump.lines)))
+
+
+def py_spy_note() -> str | None:
+    """Said at start, not only when a stall comes: a missing py-spy means no stacks then."""
+    from dsdoctor.watch import stacks  # noqa: PLC0415
+
+    if stacks.find_py_spy() is not None:
+        return None
+    return ("py-spy is not installed: a stall will show no rank stacks; "
+            "pip install py-spy")
 
 
 class PlainWatch:
@@ -60,7 +113,26 @@ class PlainWatch:
         # said, since it is the evidence before a -9
         self.machine = machine
         self._machine_at = 0.0
-        self._ram_alert = False
+        self._ram_alert: Finding | None = None
+        # what watch learned, kept for the summary on exit and the exit code (hang.py)
+        self.stall_seen: StallSeen | None = None
+        self.procs: tuple[RankProcess, ...] = ()  # the ranks the log's launcher spawned
+        self._attached = self.root_pid is not None  # --pid / -- CMD: nothing to look for
+        self._looked = self._attached
+
+    def attach_from_log(self, say: bool) -> None:
+        """watch LOG without --pid: the ranks from the launcher's 'spawned' lines (spawned.py),
+        looked for once the backlog is read, and again on a stall until found."""
+        if self._attached:
+            return
+        from dsdoctor.watch.spawned import attach, spawned_ranks  # noqa: PLC0415
+
+        self.follower.snapshot()
+        found = attach(spawned_ranks(self.follower.launch_facts))
+        self.procs = found.procs
+        self._attached = bool(found.procs)
+        if say or found.procs:
+            print(f"dsdoctor: {one_line(found.note)}", file=sys.stderr, flush=True)
 
     def report(self) -> None:
         events = self.follower.take_events()
@@ -102,11 +174,11 @@ class PlainWatch:
             self.machine = None
             return
         finding = ram_finding(sample)
-        if finding is not None and not self._ram_alert:
+        if finding is not None and self._ram_alert is None:
             self.say(f"{finding.severity}: {finding.rule} {finding.name}: {finding.title}")
-        elif finding is None and self._ram_alert:
+        elif finding is None and self._ram_alert is not None:
             self.say(f"host RAM back under the alert: {sample.describe()}")
-        self._ram_alert = finding is not None
+        self._ram_alert = finding
 
     def stall_changed(self, change: StallChange) -> None:
         if change.kind == "resumed":
@@ -116,11 +188,39 @@ class PlainWatch:
             else:
                 self.say(f"progress resumed after {change.stalled_for:.0f}s stalled "
                          f"({last.location})")
+            if self.stall_seen is not None:
+                self.stall_seen = self.stall_seen.resumed(change.stalled_for)
             return
         self.say(self.red.text(change.status.describe()))
-        if self.root_pid is not None:
-            for line in rank_stack_lines(self.root_pid):
+        self.attach_from_log(say=False)  # the launcher's lines may have come after the start
+        dump = None
+        if self.root_pid is not None or self.procs:
+            dump = rank_stacks(self.root_pid, self.procs)
+            for line in dump.lines:
                 self.say(self.red.text(line))
+        self.stall_seen = seen_stall(change.status, dump)
+
+    def watch_extra(self) -> list[Finding]:
+        """watch's own findings: the hang it saw (with its stacks), host RAM past the alert."""
+        extra = []
+        if self.stall_seen is not None:
+            extra.append(hang_finding(self.stall_seen, self.follower.stall.status()))
+        if self._ram_alert is not None:
+            extra.append(self._ram_alert)
+        return extra
+
+    def summarize(self, findings: Sequence[Finding]) -> int:
+        """The summary on exit (the hang first) and the exit code it carries."""
+        shown = watch_findings(findings, self.watch_extra())
+        for line in summary_lines(shown):
+            self.say(one_line(self.red.text(line)))
+        return exit_code(shown)
+
+    def leave(self) -> int:
+        """q-like exits (idle, Ctrl-C without a command): the findings so far, summarized."""
+        self.follower.flush(final=True)  # a last line without its newline counts too
+        state = self.follower.snapshot()
+        return max(self.worst, self.summarize(state.findings))
 
     def finish_command(self, status: ExitStatus) -> int:
         """The command ended: read the rest of its log, then the analysis decides the exit code."""
@@ -132,7 +232,7 @@ class PlainWatch:
         self.report()
         self.say(f"command ended: {status.describe()} ({self.red.cut(' '.join(self.cmd), 200)})")
         report = analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths)))
-        code = report.exit_code
+        code = max(report.exit_code, self.summarize(report.findings))
         if status.returncode != 0 and code == 0:
             # a run that failed is never called clean, even when its log names no cause
             self.say(f"the command failed ({status.describe()}) and the log shows no known cause;"
@@ -142,11 +242,17 @@ class PlainWatch:
 
     def run(self) -> int:
         idle_since = time.monotonic()
-        try:
+        try:  # a Ctrl-C from the first moment on stops the command the same way
+            note = py_spy_note()
+            if note is not None:
+                print(f"dsdoctor: {note}", file=sys.stderr, flush=True)
             while True:
                 read = self.follower.poll()
                 if read:
                     idle_since = time.monotonic()
+                elif not self._looked:  # the backlog is read: its launcher lines are in
+                    self._looked = True
+                    self.attach_from_log(say=True)
                 self.report()
                 self.check_machine(time.monotonic())
                 if self.launched is not None:
@@ -159,16 +265,17 @@ class PlainWatch:
                         time.monotonic() - idle_since >= exit_on_idle:
                     self.follower.flush(final=True)
                     self.report()
-                    return self.worst
+                    return self.leave()
                 if not read:
                     time.sleep(0.2)
         except KeyboardInterrupt:
             print("", file=sys.stderr)
             if self.launched is None:
-                return self.worst
+                return self.leave()
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
                   "process group)", file=sys.stderr)
             status = self.launched.stop()
             if status is None:
+                self.summarize(self.follower.snapshot().findings)
                 return 130
             return self.finish_command(status)

@@ -1,0 +1,142 @@
+"""What ``watch`` learned about a stall, kept as a finding: ``WATCH-HANG``.
+
+A stall raised on screen, with the ranks' stacks py-spy dumped, used to vanish when the user left
+(``q``, Ctrl-C) or wrote the issue report (``r``). Here it becomes a :class:`Finding` (watch's own,
+like ``WATCH-RAM``: ``analyze`` cannot see a hang that prints nothing), with the stall's length, the
+last progress step and the grouped stacks as evidence lines, so that the report, the summary on
+exit and the exit code carry it. The summary and the exit code follow ``analyze``'s convention: an
+error finding exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from dsdoctor.model import Evidence, Finding
+from dsdoctor.watch.progress import StallStatus
+
+HANG_RULE = "WATCH-HANG"  # watch's own finding, not a rule of rules/
+# the stacks are no log's lines: their evidence names the tool that read them, line = order
+STACKS_FILE = "py-spy dump"
+STACKS_PREFIX = "rank stacks: "
+
+
+@dataclass(frozen=True)
+class StallSeen:
+    """The last stall watch raised, what the ranks' stacks said, and whether it cleared."""
+
+    status: StallStatus  # as the stall was raised
+    stacks: tuple[str, ...] = ()  # stacks.explain's lines (grouped, odd rank named); () if none
+    stacks_note: str = ""  # why there are no stacks (no py-spy, no pid known), "" when dumped
+    cleared_after: float | None = None  # seconds from the stall to progress again; None: ongoing
+
+    def resumed(self, stalled_for: float) -> StallSeen:
+        return replace(self, cleared_after=stalled_for)
+
+
+def _last_progress_evidence(status: StallStatus) -> Evidence | None:
+    last = status.last
+    if last is None:
+        return None
+    file, _, line = last.location.rpartition(":")
+    if not file or not line.isdigit():
+        return None
+    return Evidence(file, int(line), last.text[:400])
+
+
+def hang_finding(seen: StallSeen, now: StallStatus | None = None) -> Finding:
+    """The stall as a finding. ``now``: the detector's status when the finding is made (a stall
+    still on gets its length so far). Ongoing: an error; cleared: a warning, since a run that
+    stepped again was slow (an evaluation, a checkpoint save), not hung, but its stacks stay."""
+    status = seen.status
+    if seen.cleared_after is not None:
+        lasted = status.idle_seconds + seen.cleared_after
+    elif now is not None and now.stalled:
+        lasted = now.idle_seconds
+    else:
+        lasted = status.idle_seconds
+    last = status.last
+    if last is None:
+        where = "no progress line was seen (step, loss, Trainer dict or tqdm bar)"
+        step_text = "before any progress line"
+    else:
+        step_text = f"after step {last.step}" if last.step is not None else "after the last step line"
+        where = f"the last progress was {last.location}: {last.text[:160]}"
+    how = "adaptive" if status.adaptive else "fixed"
+    ongoing = seen.cleared_after is None
+    if ongoing:
+        title = f"no progress for {lasted:.0f}s {step_text}: the run looks hung"
+    else:
+        title = f"stalled for {lasted:.0f}s {step_text}, then progress resumed"
+    stacks = seen.stacks
+    if stacks:
+        inside = "The ranks' Python stacks (py-spy), grouped, the odd rank out named: " + \
+            "; ".join(stacks[:4]) + ("; ..." if len(stacks) > 4 else "")
+    else:
+        inside = f"The ranks' stacks were not dumped: {seen.stacks_note or 'no rank process known'}."
+    message = (f"watch saw no progress for {lasted:.0f}s ({how} threshold "
+               f"{status.threshold:.0f}s); {where}. {inside}")
+    evidence = [ev for ev in (_last_progress_evidence(status),) if ev is not None]
+    evidence += [Evidence(STACKS_FILE, i, line) for i, line in enumerate(stacks, 1)]
+    return Finding(
+        rule=HANG_RULE, name="run-hung" if ongoing else "run-stalled",
+        severity="error" if ongoing else "warning", title=title, message=message,
+        fix=("start with the odd rank out: the others wait for it in a collective. Its stack "
+             "names the place (a rank that skipped a collective, a data loader, a save on one "
+             "rank only); 'py-spy dump --pid PID' shows a rank again, and TORCH_DISTRIBUTED_DEBUG"
+             "=DETAIL NCCL_DEBUG=INFO on the next run name the collective each rank entered"),
+        evidence=tuple(evidence),
+    )
+
+
+def stack_lines(lines: Sequence[str]) -> tuple[str, ...]:
+    """The stack lines as evidence: watch's display prefix dropped."""
+    return tuple(line.removeprefix(STACKS_PREFIX) for line in lines)
+
+
+def watch_findings(findings: Sequence[Finding], extra: Sequence[Finding] = ()) -> list[Finding]:
+    """Findings for the summary: WATCH-HANG first, then the most severe first."""
+    order = {"error": 0, "warning": 1, "info": 2}
+    allf = list(extra) + [f for f in findings if f not in extra]
+    return sorted(allf, key=lambda f: (f.rule != HANG_RULE, order.get(f.severity, 3)))
+
+
+def exit_code(findings: Sequence[Finding]) -> int:
+    """analyze's convention (model.Report.exit_code): 1 when a finding is an error."""
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def summary_lines(findings: Sequence[Finding], limit: int = 8) -> list[str]:
+    """What watch says on exit: one line per problem, WATCH-HANG's stacks under it."""
+    if not findings:
+        return ["dsdoctor watch: no problem found in what was read"]
+    out = [f"dsdoctor watch: {len(findings)} problem{'s' if len(findings) > 1 else ''} seen:"]
+    for f in findings[:limit]:
+        out.append(f"  {f.severity}: {f.rule} {f.name}: {f.title}")
+        if f.rule == HANG_RULE:
+            out += [f"    {ev.location}: {ev.text}" if ev.file != STACKS_FILE else f"    {ev.text}"
+                    for ev in f.evidence]
+    if len(findings) > limit:
+        out.append(f"  ... and {len(findings) - limit} more: 'dsdoctor analyze' on the log")
+    return out
+
+
+# ------------------------------------------------------------------ to the report's subprocess
+
+def findings_json(findings: Sequence[Finding]) -> str:
+    return json.dumps([f.to_dict() for f in findings])
+
+
+def findings_from_json(text: str) -> tuple[Finding, ...]:
+    """The findings ``findings_json`` wrote (key r hands them to ``dsdoctor report``)."""
+    out = []
+    for d in json.loads(text):
+        evidence = tuple(Evidence(str(e["file"]), int(e["line"]), str(e["text"]), e.get("rank"))
+                         for e in d.get("evidence", ()))
+        out.append(Finding(rule=str(d["rule"]), name=str(d["name"]), severity=str(d["severity"]),
+                           title=str(d["title"]), message=str(d.get("message", "")),
+                           fix=str(d.get("fix", "")), evidence=evidence,
+                           references=tuple(d.get("references", ()))))
+    return tuple(out)

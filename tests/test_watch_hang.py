@@ -1,0 +1,263 @@
+"""watch keeps what it learned (dsdoctor/watch/hang.py): a stall and the ranks' stacks become the
+WATCH-HANG finding that key r's report, the summary on exit and the exit code carry; py-spy's
+absence is said at start. Stalls come from a hand-moved clock, never from waiting; the stacks are
+real py-spy 0.4.3 dumps (tests/data/pyspy, the 2-rank ZeRO-3 generate hang)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.watch import hang, plain, stacks
+from dsdoctor.watch.follow import Follower
+from dsdoctor.watch.plain import PlainWatch, RankStacks
+
+DATA = Path(__file__).parent / "data"
+# Trainer log dicts: the real format of transformers' Trainer (hf-trainer.yaml's samples)
+DICT = ("{'loss': 1.6228, 'grad_norm': 9.305521011352539, 'learning_rate': 4.9424511162240815e-06,"
+        " 'epoch': 0.16}\n")
+# a DeepSpeed step line (deepspeed-engine.yaml's sample): progress with a step number
+STEP = ("[2023-01-15 19:09:56,641] [INFO] [logging.py:68:log_dist] [Rank 0] step={n}, skipped=0, "
+        "lr=[0.05], mom=[(0.9, 0.999)]\n")
+
+
+class Clock:
+    now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def zero3_lines() -> tuple[str, ...]:
+    """What stacks.explain says of the real 2-rank ZeRO-3 generate hang."""
+    def rank(r: int) -> stacks.RankStack:
+        text = (DATA / "pyspy" / f"zero3_generate_rank{r}.txt").read_text()
+        return stacks.RankStack(r, 100 + r, stacks.main_stack(stacks.parse_dump(text)))
+    return stacks.explain([rank(0), rank(1)]).lines
+
+
+@pytest.fixture
+def fake_stacks(monkeypatch):
+    """py-spy's dump of the ranks, as watch shows it (prefixed); the pids asked for, recorded."""
+    asked: list[tuple] = []
+
+    def dump(root_pid=None, procs=()):  # type: ignore[no-untyped-def]
+        asked.append((root_pid, tuple(procs)))
+        return RankStacks(tuple("rank stacks: " + line for line in zero3_lines()), True)
+
+    monkeypatch.setattr(plain, "rank_stacks", dump)
+    return asked
+
+
+def stalled_plain(tmp_path: Path, pid: int | None = 4242) -> tuple[PlainWatch, list[str], Clock]:
+    path = tmp_path / "train.log"
+    path.write_text("".join(STEP.format(n=n) for n in (1, 2, 3)))
+    clock = Clock()
+    said: list[str] = []
+    watch = PlainWatch(Follower([str(path)], AnalysisInputs(), stall_after=30, clock=clock),
+                       pid=pid, out=said.append)
+    while watch.follower.poll():
+        watch.report()
+    clock.now += 31
+    watch.report()
+    return watch, said, clock
+
+
+def test_a_stall_with_stacks_becomes_an_error_finding(tmp_path, fake_stacks):
+    watch, said, clock = stalled_plain(tmp_path)
+    assert fake_stacks == [(4242, ())]
+    assert any(line.startswith("possible hang: no progress for 31s") for line in said)
+    clock.now += 9  # the stall goes on: its length is the time since the last progress
+    [found] = watch.watch_extra()
+    assert (found.rule, found.name, found.severity) == ("WATCH-HANG", "run-hung", "error")
+    assert found.title == "no progress for 40s after step 3: the run looks hung"
+    # the last progress line first (the log view and the report's excerpt jump to it), then the
+    # stacks grouped, the odd rank named, the advice for its place
+    first, *rest = found.evidence
+    assert (first.file, first.line) == (str(tmp_path / "train.log"), 3) and "step=3" in first.text
+    texts = [ev.text for ev in rest]
+    assert texts == list(zero3_lines())
+    assert all(ev.file == hang.STACKS_FILE for ev in rest)
+    assert any(t.startswith("rank 0 waits in AllGatherHandle.wait") for t in texts)
+    assert any("no majority" in t for t in texts) and any("synced_gpus=True" in t for t in texts)
+    assert "fixed threshold 30s" in found.message and "rank 0 waits in" in found.message
+
+
+def test_a_stall_that_cleared_is_kept_as_a_warning(tmp_path, fake_stacks):
+    watch, said, clock = stalled_plain(tmp_path)
+    clock.now += 14
+    with open(tmp_path / "train.log", "a") as fh:
+        fh.write(STEP.format(n=4))
+    while watch.follower.poll():
+        watch.report()
+    watch.report()
+    assert "progress resumed after 14s stalled" in said[-1]
+    [found] = watch.watch_extra()
+    assert (found.name, found.severity) == ("run-stalled", "warning")
+    assert found.title == "stalled for 45s after step 3, then progress resumed"
+    assert [ev.text for ev in found.evidence[1:]] == list(zero3_lines())  # the stacks stay
+    assert hang.exit_code([found]) == 0  # a slow stretch that passed is no failure
+
+
+def test_summary_on_leaving_puts_the_hang_first_and_exits_1(tmp_path, fake_stacks):
+    watch, said, _ = stalled_plain(tmp_path)
+    with open(tmp_path / "train.log", "a") as fh:  # the launcher's -9 (a real line, DeepSpeed#3232)
+        fh.write("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/"
+                 "python3', '-u', 'main.py', '--local_rank=0'] exits with return code = -9\n")
+    watch.follower.poll()
+    del said[:]
+    assert watch.leave() == 1
+    assert said[0] == "dsdoctor watch: 2 problems seen:"
+    assert said[1].startswith("  error: WATCH-HANG run-hung: no progress for 31s after step 3")
+    assert said[2].endswith(":3: " + STEP.format(n=3).strip())
+    assert said[3] == "    " + zero3_lines()[0]
+    # the rules' error after it, though it is an error too
+    assert any(line.startswith("  error: DS106") for line in said[4:])
+
+
+def test_summary_without_problems_and_exit_0(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("starting\n" + DICT)
+    said: list[str] = []
+    watch = PlainWatch(Follower([str(path)], AnalysisInputs()), out=said.append)
+    watch.follower.poll()
+    assert watch.leave() == 0
+    assert said[-1] == "dsdoctor watch: no problem found in what was read"
+
+
+def test_ctrl_c_in_plain_prints_the_summary(tmp_path, fake_stacks, capsys):
+    """Ctrl-C (a KeyboardInterrupt in the loop) after a stall: the summary, exit 1."""
+    path = tmp_path / "train.log"
+    path.write_text(DICT * 3)
+    clock = Clock()
+    follower = Follower([str(path)], AnalysisInputs(), stall_after=30, clock=clock)
+    said: list[str] = []
+    watch = PlainWatch(follower, pid=4242, out=said.append)
+    real_poll = follower.poll
+    calls = iter(range(1000))
+
+    def poll() -> bool:
+        n = next(calls)
+        if n == 0:
+            return real_poll()
+        if n == 1:
+            clock.now += 31  # the run goes quiet
+            return False
+        raise KeyboardInterrupt
+
+    follower.poll = poll  # type: ignore[method-assign]
+    assert watch.run() == 1
+    assert any(line.startswith("possible hang") for line in said)
+    head = said.index("dsdoctor watch: 1 problem seen:")
+    assert said[head + 1].startswith("  error: WATCH-HANG run-hung: no progress for 31s")
+
+
+def test_py_spy_missing_is_said_at_start(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: None)
+    path = tmp_path / "train.log"
+    path.write_text("starting\n")
+    watch = PlainWatch(Follower([str(path)], AnalysisInputs()), out=lambda s: None)
+    calls = iter(range(10))
+    watch.follower.poll = lambda: next(calls) < 0 or (_ for _ in ()).throw(KeyboardInterrupt)  # type: ignore[method-assign]
+    watch.run()
+    err = capsys.readouterr().err
+    # one line, before any stall: what is missing and how to get it
+    assert "dsdoctor: py-spy is not installed: a stall will show no rank stacks; pip install " \
+           "py-spy\n" in err
+    monkeypatch.setattr(stacks, "find_py_spy", lambda: "/x/py-spy")
+    assert plain.py_spy_note() is None
+
+
+def test_cli_summary_after_the_tui(capsys):
+    from dsdoctor.cli.watch import _summarize
+    from dsdoctor.model import Finding
+
+    lint = Finding("DS999", "x", "warning", "a warning", "")
+    assert _summarize([lint]) == 0
+    assert capsys.readouterr().out == ("dsdoctor watch: 1 problem seen:\n"
+                                       "  warning: DS999 x: a warning\n")
+
+
+def test_findings_cross_to_the_report_process_intact(tmp_path, fake_stacks):
+    watch, _, _ = stalled_plain(tmp_path)
+    extra = tuple(watch.watch_extra())
+    assert hang.findings_from_json(hang.findings_json(extra)) == extra
+
+
+# ------------------------------------------------------------------------------------- the TUI
+
+async def wait_for(pilot, cond, what):  # type: ignore[no-untyped-def]
+    for _ in range(150):
+        await pilot.pause(0.1)
+        if cond():
+            return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_tui_lists_the_hang_and_key_r_reports_it_with_the_stacks(tmp_path, fake_stacks):
+    pytest.importorskip("textual")
+    from textual.widgets import OptionList
+
+    from dsdoctor.watch.app import WatchApp
+
+    # both ranks died on a NameError (a real log, DeepSpeed#618): a report is written, not triaged
+    path = tmp_path / "train.log"
+    shutil.copy(DATA / "real_logs_extra" / "negative__ds618-launcher-nameerror-returns-zero.log",
+                path)
+    with open(path, "a") as fh:
+        fh.write(DICT * 2)
+    out = tmp_path / "issue.md"
+    clock = Clock()
+    follower = Follower([str(path)], AnalysisInputs(), stall_after=30, clock=clock)
+    summary: list = []
+
+    async def scenario():
+        app = WatchApp(follower, poll=0.1, pid=4242, py_spy_note=lambda: None)
+        app.report_path = str(out)
+        async with app.run_test(size=(110, 45)) as pilot:
+            await wait_for(pilot, lambda: follower.stall.status().progress_events >= 2, "progress")
+            clock.now += 31
+            options = app.query_one("#findings", OptionList)
+            await wait_for(pilot, lambda: app.findings and app.findings[0].rule == "WATCH-HANG",
+                           "the hang listed first")
+            assert options.option_count == len(app.findings)
+            await pilot.press("r")
+            await wait_for(pilot, lambda: app.last_report, "the report")
+            assert app.last_report.startswith("wrote the issue report"), app.last_report
+            summary.extend(app.summary_findings())
+            await pilot.press("ctrl+c")  # leaves like q
+            await wait_for(pilot, lambda: not app.is_running, "the app to exit")
+
+    asyncio.run(scenario())
+    body = out.read_text(encoding="utf-8")
+    assert "**WATCH-HANG run-hung** (error): no progress for 31s" in body
+    assert "rank 0 waits in AllGatherHandle.wait" in body and "synced_gpus=True" in body
+    assert "py-spy dump:" not in body  # the stacks are shown, not a pseudo file:line
+    assert summary[0].rule == "WATCH-HANG" and hang.exit_code(summary) == 1
+    assert fake_stacks == [(4242, ())]
+
+
+def test_tui_says_py_spy_missing_at_start(tmp_path):
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    path = tmp_path / "train.log"
+    path.write_text("starting\n")
+    seen: list[str] = []
+
+    async def scenario():
+        app = WatchApp(Follower([str(path)], AnalysisInputs()), poll=0.1,
+                       py_spy_note=lambda: "py-spy is not installed: pip install py-spy")
+        async with app.run_test() as pilot:
+            await pilot.pause(0.2)
+            seen.append(str(app.query_one("#note", Static).render()))
+            await pilot.press("q")
+
+    asyncio.run(scenario())
+    assert seen == ["py-spy is not installed: pip install py-spy"]
