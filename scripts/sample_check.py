@@ -78,6 +78,8 @@ def analyze_argv(folder: Path, fmt: str = "json", base: Path | None = None) -> l
         argv += ["--model", rel(folder / "model_config.json")]
     if (folder / "env.json").exists():
         argv += ["--env", rel(folder / "env.json")]
+    if (folder / "fr_trace").is_dir():  # Flight Recorder dumps of the run (one file per rank)
+        argv += ["--trace", rel(folder / "fr_trace")]
     for script in Expected.load(folder).scripts:
         argv += ["--script", script]
     argv += ["--format", fmt, "--engine", "python"]

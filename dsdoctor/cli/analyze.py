@@ -17,6 +17,7 @@ EPILOG = """examples:
   dsdoctor analyze train.log
   dsdoctor analyze logs/rank*.log.gz --config ds_config.json --env snapshot.json
   dsdoctor analyze --config ds_config.json          (pre-flight check, no log)
+  dsdoctor analyze train.log --trace fr_dumps/       (+ PyTorch Flight Recorder dumps)
   kubectl logs trainer-0 | dsdoctor analyze - --format markdown
 
 exit codes: 0 the run is healthy or recovered (or no log) and no finding is an error,
@@ -37,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("logs", nargs="*", metavar="LOG", help="log files (.gz ok), '-' for stdin")
     add_input_options(p)
     add_jobs_option(p)
+    p.add_argument("--trace", action="append", default=[], metavar="DIR|FILE",
+                   help="PyTorch Flight Recorder dumps (one file per rank, JSON or pickle; "
+                   "pickles are read as plain data only) or their folder: collectives matched "
+                   "across ranks name the rank that desynchronized (repeatable; dump files "
+                   "given as LOG are recognised too)")
     p.add_argument("--fix-out", metavar="FILE",
                    help="write a copy of the config with the safe fixes applied to FILE")
     p.add_argument("--force", action="store_true",
@@ -58,7 +64,8 @@ def _use_color(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.logs and not args.config and not args.script and not args.model:
+    if not args.logs and not args.config and not args.script and not args.model \
+            and not args.trace:
         raise UsageError("nothing to analyze: pass a log file (or - for stdin), or --config "
                          "for a pre-flight check")
     if args.logs.count("-") > 1:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.logs.frdump import looks_like_dump
 from dsdoctor.model import ENGINES
 
 
@@ -41,7 +43,13 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
     if logs is None:
         one = getattr(args, "log", None)  # watch: its LOG arguments (a list), or one log
         logs = list(one) if isinstance(one, (list, tuple)) else [one] if one else []
-    return AnalysisInputs.of(logs=logs, configs=getattr(args, "config", None) or [],
+    traces = list(getattr(args, "trace", None) or [])
+    if traces or getattr(args, "trace", None) is not None:
+        # analyze: a Flight Recorder dump given as a LOG is read as one (never as text)
+        dumps = [p for p in logs if p != "-" and os.path.isfile(p) and looks_like_dump(p)]
+        logs = [p for p in logs if p not in dumps]
+        traces += dumps
+    return AnalysisInputs.of(logs=logs, traces=traces, configs=getattr(args, "config", None) or [],
                              model=getattr(args, "model", None), env=getattr(args, "env", None),
                              scripts=getattr(args, "script", None) or [],
                              ds_version=getattr(args, "ds_version", None),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,11 +16,12 @@ from dsdoctor.diagnose import problems, ranks, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.rankfacts import with_text
 from dsdoctor.logs.scan import ProgressFn, ScanResult, scan_files
-from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Report
+from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Report, Verdict
 from dsdoctor.redact import redact_report
 from dsdoctor.redact.redactor import Redactor
 
 if TYPE_CHECKING:
+    from dsdoctor.diagnose.frmatch import TraceAnalysis
     from dsdoctor.facts.run import RunModel
 
 
@@ -29,7 +30,8 @@ def _order(kind: str) -> int:
 
 
 def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = None,
-                 notes: Sequence[str] = (), run: RunModel | None = None) -> Report:
+                 notes: Sequence[str] = (), run: RunModel | None = None,
+                 trace: TraceAnalysis | None = None) -> Report:
     """The frozen, redacted report, with the run's verdict and the problems grouped by cause.
 
     ``run`` is the run model of the analysis (``ctx.run``): the verdict takes the steps done and
@@ -57,11 +59,28 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
         skipped_where=skipped.source.location if skipped is not None else None)
     red = Redactor()
     table = ranks.build({r: with_text(f, red.text) for r, f in scan.ranks.items()})
+    if trace is not None:
+        table = ranks.with_trace(table, trace, red.text)
+        report = replace(report, notes=(*report.notes, *(red.text(n) for n in trace.notes)))
     fate = verdict.decide({s.kind: s for s in report.symptoms}, report.timeline,
                           report.findings, progress, has_log=bool(report.files),
                           lifecycle=_lifecycle(scan), ranks=table)
+    if trace is not None and not report.files:
+        fate = _trace_verdict(trace, table, red.text)
     return replace(report, verdict=fate, ranks=table,
                    problems=problems.group(report.symptoms, report.findings, fate))
+
+
+def _trace_verdict(trace: TraceAnalysis, table: ranks.RankTable | None,
+                   redact: Callable[[str], str]) -> Verdict:
+    """The fate from Flight Recorder dumps alone: a collective the ranks did not all enter alike
+    can never complete, so the run hung there; dumps that all match say nothing of the fate."""
+    lead = trace.lead
+    if lead is not None and lead.kind != "state":
+        said = table.culprit.sentence if table is not None and table.culprit else redact(
+            lead.sentence)
+        return Verdict("hung", f"hung: {said}")
+    return Verdict("unknown", f"unknown: {redact(trace.sentence())}")
 
 
 def _lifecycle(scan: ScanResult) -> verdict.Lifecycle:
@@ -124,8 +143,18 @@ def analyze_with_run(inputs: AnalysisInputs, on_progress: ProgressFn | None = No
     scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=on_progress,
                        jobs=inputs.jobs)
             if inputs.logs else ScanResult(engine=inputs.engine))
+    trace = None
+    if inputs.traces:
+        from dsdoctor.diagnose import frmatch  # noqa: PLC0415 - only with --trace
+        from dsdoctor.logs import frdump  # noqa: PLC0415
+
+        trace = frmatch.analyze(frdump.read_dumps(inputs.traces))
     findings, described, notes, run = evaluate_with_run(inputs, scan)
-    return build_report(scan, findings, described, notes, run), run
+    if trace is not None:
+        described["traces"] = [{"file": d.path, "rank": d.rank, "format": d.fmt,
+                                "version": d.version, "entries": len(d.entries)}
+                               for d in trace.dumps]
+    return build_report(scan, findings, described, notes, run, trace), run
 
 
 def run_analysis(logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,

@@ -13,11 +13,14 @@ once, so 256 ranks read in a few lines.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from dsdoctor.logs.rankfacts import Frame, RankFacts, Where
+
+if TYPE_CHECKING:
+    from dsdoctor.diagnose.frmatch import TraceAnalysis
 
 #: Groups printed in the text table; the rest are counted on one line (the JSON has them all).
 MAX_GROUPS = 12
@@ -77,6 +80,7 @@ class RankState:
     entered: str | None = None  # the library function the call site entered (generate, backward)
     exit_code: int | None = None
     lost_peer: bool = False  # a peer went away while it waited (another rank's exit)
+    trace: str | None = None  # what its Flight Recorder dump says (diagnose/frmatch.py)
 
     @property
     def signature(self) -> tuple[Any, ...]:
@@ -86,13 +90,21 @@ class RankState:
             return (self.state, (self.exception or "")[:60], site)
         if self.state in ("timed-out", "waiting"):
             return (self.state, self.collective, site, self.entered, self.seq,
-                    self.last_enqueued, self.lost_peer)
+                    self.last_enqueued, self.lost_peer, self.trace)
         if self.state == "exited":
-            return (self.state, self.exit_code)
-        return (self.state, site, self.entered, self.frame.short if self.frame else None)
+            return (self.state, self.exit_code, self.trace)
+        return (self.state, self.trace, site, self.entered, self.frame.short if self.frame else None)
 
     def phrase(self) -> str:
         """``timed out in all_reduce (SeqNum 956300) at train.py:56 in mean_loss``."""
+        told = self._phrase()
+        if self.trace is None:
+            return told
+        if self.last_line is None and self.frame is None and self.last_enqueued is None:
+            return f"trace: {self.trace}"  # no log line of it: its dump says it all
+        return f"{told}; trace: {self.trace}"
+
+    def _phrase(self) -> str:
         site = f" at {self.call_site.short}" if self.call_site else (
             f" at {self.frame.short}" if self.frame and not self.collective else "")
         inside = f" inside {self.entered}" if self.entered and self.entered != self.collective \
@@ -130,7 +142,7 @@ class RankState:
                 "frame": self.frame.to_dict() if self.frame else None,
                 "call_site": self.call_site.to_dict() if self.call_site else None,
                 "entered": self.entered, "exit_code": self.exit_code, "lost_peer": self.lost_peer,
-                "summary": self.phrase()}
+                "summary": self.phrase()} | ({"trace": self.trace} if self.trace else {})
 
 
 @dataclass(frozen=True)
@@ -155,7 +167,7 @@ class Culprit:
     """The rank(s) that made the others wait, and why the log says so."""
 
     ranks: tuple[int, ...]
-    kind: str  # failed-first | behind | outside | desync
+    kind: str  # failed-first | behind | outside | desync | trace-missing | trace-mismatch
     sentence: str  # "rank 0 ... ; rank 1 only waited"
     waited: tuple[int, ...] = ()  # the ranks that only waited for it
     frame: Frame | None = None  # the culprit's call site (or last frame)
@@ -235,7 +247,7 @@ def _collective(frames: tuple[Frame, ...]) -> str | None:
     return None
 
 
-def _call_site(frames: tuple[Frame, ...]) -> tuple[Frame | None, str | None]:
+def call_site(frames: tuple[Frame, ...]) -> tuple[Frame | None, str | None]:
     """The innermost frame of the user's code, and the library function it entered."""
     for i in range(len(frames) - 1, -1, -1):
         if not _is_library(frames[i]):
@@ -261,7 +273,7 @@ def state_of(f: RankFacts) -> RankState:
     op = f.watchdog.get("op")
     if collective is None and isinstance(op, str) and op.upper() in NCCL_OPS:
         collective = NCCL_OPS[op.upper()]
-    site, entered = _call_site(frames)
+    site, entered = call_site(frames)
     lost = f.lost_peer is not None
     # An exception line that is the timeout or the lost peer itself is not a failure of its own,
     # nor is the signal the launcher sent once another rank failed (SIGTERM, Ctrl-C).
@@ -415,6 +427,11 @@ def build(facts: Mapping[int, RankFacts]) -> RankTable | None:
         return None
     states = [state_of(f) for _r, f in sorted(facts.items())]
     culprit, agreement = _culprit(states)
+    return _table(states, culprit, agreement)
+
+
+def _table(states: list[RankState], culprit: Culprit | None, agreement: str) -> RankTable:
+    """Ranks in the same state grouped (the culprit's apart), the culprit's group first."""
     blamed = set(culprit.ranks) if culprit else set()
     by_sig: dict[tuple[Any, ...], list[RankState]] = {}
     for s in states:
@@ -427,8 +444,72 @@ def build(facts: Mapping[int, RankFacts]) -> RankTable | None:
     return RankTable(tuple(states), tuple(groups), culprit, agreement)
 
 
+def with_trace(table: RankTable | None, trace: TraceAnalysis,
+               redact: Callable[[str], str] = str) -> RankTable | None:
+    """The table with what the ranks' Flight Recorder dumps say, and their culprit when they name
+    one: sequence ids recorded by every rank outrank what the log lines let us infer.
+
+    A rank only the dumps show gets a row of its own (state ``waiting`` in the collective it was
+    last recorded in, or ``running`` when it never entered the one the others wait in)."""
+    lead = trace.lead
+    rows = {s.rank: s for s in (table.ranks if table is not None else ())}
+    for rank in trace.ranks:
+        said = redact(_trace_phrase(rank, trace))
+        old = rows.get(rank)
+        if old is not None:
+            rows[rank] = replace(old, trace=said)
+            continue
+        last = trace.last.get(rank)
+        blamed = lead is not None and rank in lead.culprits and lead.kind == "missing-rank"
+        entry = lead.entries.get(rank) if lead is not None else None
+        shown = entry or last
+        rows[rank] = RankState(
+            rank=rank, state="running" if blamed or shown is None else "waiting",
+            collective=None if blamed or shown is None else shown.op,
+            seq=None if blamed or shown is None else shown.seq, trace=said,
+            call_site=None)
+    states = [rows[r] for r in sorted(rows)]
+    if len(states) < 2:
+        return None
+    if lead is not None and lead.culprits:
+        first = lead.entries.get(lead.culprits[0])
+        frame = None
+        if first is not None and first.frames:
+            frame = call_site(first.frames)[0]
+        kind = "trace-missing" if lead.kind == "missing-rank" else "trace-mismatch"
+        culprit: Culprit | None = Culprit(lead.culprits, kind, redact(lead.sentence), lead.others,
+                                          frame)
+        agreement = "culprit"
+    elif table is not None and table.culprit is not None:
+        culprit, agreement = table.culprit, table.agreement
+    else:
+        culprit = None
+        agreement = "unknown" if lead is not None else (
+            table.agreement if table is not None else "same-collective")
+    return _table(states, culprit, agreement)
+
+
+def _trace_phrase(rank: int, trace: TraceAnalysis) -> str:
+    """``last recorded collective 4 of pg 0 (default_pg): broadcast [[4]] Float``, or the
+    rank's part in the first mismatch."""
+    lead = trace.lead
+    if lead is not None:
+        if rank in lead.entries:
+            e = lead.entries[rank]
+            return f"in collective {e.seq} of pg {e.pg_name}: {e.describe()}"
+        if lead.kind == "missing-rank" and rank in lead.culprits:
+            last = lead.last_of.get(rank)
+            tail = f" (last: {last.seq}, {last.describe()})" if last is not None else ""
+            return f"never entered collective {lead.seq} of pg {lead.pg_name}{tail}"
+    last = trace.last.get(rank)
+    if last is None:
+        return "no collective recorded"
+    return f"last collective {last.seq} of pg {last.pg_name}: {last.describe()}"
+
+
 def _state(states: list[RankState], rank: int) -> str:
     return next(s.state for s in states if s.rank == rank)
 
 
-__all__ = ["STOPPED", "Culprit", "RankGroup", "RankState", "RankTable", "build", "rank_ranges", "state_of"]
+__all__ = ["STOPPED", "Culprit", "RankGroup", "RankState", "RankTable", "build", "call_site", "rank_ranges",
+           "state_of", "with_trace"]

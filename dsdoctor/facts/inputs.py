@@ -39,18 +39,21 @@ class AnalysisInputs:
     jobs: int | None = None  # worker processes for a big log (None: up to 2; 1: one process)
     trainer_args: Mapping[str, Any] | tuple[str, ...] | None = None
     world_size: int | None = None
+    traces: tuple[str, ...] = ()  # Flight Recorder dumps: per-rank files, or folders of them
 
     @classmethod
     def of(cls, logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
            env: str | None = None, scripts: Sequence[str] = (), ds_version: str | None = None,
            engine: str = "auto", trainer_args: Any = None,
-           world_size: int | None = None, jobs: int | None = None) -> AnalysisInputs:
+           world_size: int | None = None, jobs: int | None = None,
+           traces: Sequence[str] = ()) -> AnalysisInputs:
         """Build inputs from lists (tuples are stored, so the value stays immutable)."""
         if isinstance(trainer_args, list):
             trainer_args = tuple(str(a) for a in trainer_args)
         return cls(logs=tuple(logs), configs=tuple(configs), model=model, env=env,
                    scripts=tuple(scripts), ds_version=ds_version, engine=engine,
-                   trainer_args=trainer_args, world_size=world_size, jobs=jobs)
+                   trainer_args=trainer_args, world_size=world_size, jobs=jobs,
+                   traces=tuple(traces))
 
 
 # ------------------------------------------------------------------------------ file cache

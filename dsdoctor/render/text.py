@@ -96,6 +96,8 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
         shown = ", ".join(f.path for f in report.files[:3])
         more = f" and {len(report.files) - 3} more" if len(report.files) > 3 else ""
         what = f"log: {shown}{more} ({nlines:,} lines)"
+    elif report.inputs.get("traces"):
+        what = f"Flight Recorder dumps of {len(report.inputs['traces'])} ranks (no log)"
     else:
         what = "pre-flight check (no log)"
     # one paragraph for what was read: the problems, not the inputs, should fill the screen
