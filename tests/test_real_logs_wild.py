@@ -52,8 +52,6 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
         "hipErrorNoDevice is in the thread's title",
     ("launcher-nonzero-exit__kohya27-colab-accelerate-calledprocesserror.log", "launcher-nonzero-exit"):
         "accelerate's CalledProcessError line is cut before `returned non-zero exit status`",
-    ("hang__myria3d123-slurm-prepare-data-nccl-blocking-wait-step-cancelled.log", "run-stopped"):
-        "the hang is the cause; SLURM's step cancel after it is in the thread, not in this paste",
     ("checkpoint-error__phi3-vision-ft14-save-shared-tensors-runtimeerror.log", "checkpoint-error"):
         "safetensors' shared-tensors RuntimeError on save: found as python-exception; no "
         "checkpoint-save pattern knows it yet",

@@ -176,6 +176,40 @@ def test_launcher_exit_on_a_signal_is_a_failure(line: str, start: str, source: s
     assert first.startswith(start), first
 
 
+#: what slurmstepd 22.05.8 wrote into a batch job's output when the job was scancel'ed (run here)
+SCANCEL_LINE = "slurmstepd-localhost: error: *** JOB 2 ON localhost CANCELLED AT 2026-11-28T11:42:44 ***"
+#: a preempted job: the step's plain cancel, then the job's with its reason (facebookincubator/submitit#1613)
+PREEMPTED_LINES = ("slurmstepd: error: *** STEP 37361369.0 ON learnfair5146 CANCELLED AT 2021-03-15T17:50:23 ***\n"
+                   "slurmstepd: error: *** JOB 37361369 ON learnfair5146 CANCELLED AT 2021-03-15T18:00:46 DUE TO PREEMPTION ***\n")
+
+
+def _healthy_start() -> str:
+    """The healthy sample up to its first Trainer loss dict: a run in progress (lines end in \\n)."""
+    text = (SAMPLES / "healthy_zero2_trainer" / "train.log").read_text(encoding="utf-8")
+    lines = text.split("\n")
+    first_loss = next(i for i, line in enumerate(lines) if "{'loss'" in line)
+    return "\n".join(lines[:first_loss + 1]) + "\n"
+
+
+def test_a_scancelled_run_is_stopped_not_ended_mid_run(tmp_path) -> None:
+    """A job that hung and was scancel'ed ends on slurmstepd's cancel line: stopped (exit 1), never
+    healthy or "ended mid-run" (issue 22: it came out HEALTHY before)."""
+    log = tmp_path / "slurm-2.out"
+    log.write_text(_healthy_start() + SCANCEL_LINE + "\n", encoding="utf-8")
+    rep = run_analysis([str(log)], engine="python")
+    assert rep.verdict.fate == "stopped"
+    assert "cancelled by the scheduler" in rep.verdict.sentence
+    assert rep.exit_code == 1
+
+
+def test_a_preempted_run_fails_on_its_reason_not_on_the_plain_step_cancel(tmp_path) -> None:
+    log = tmp_path / "slurm-37361369.out"
+    log.write_text(_healthy_start() + PREEMPTED_LINES, encoding="utf-8")
+    rep = run_analysis([str(log)], engine="python")
+    assert rep.verdict.fate == "failed"
+    assert "ended by the scheduler" in rep.verdict.sentence
+
+
 def test_run_that_died_on_a_python_exception_fails() -> None:
     """DeepSpeed#618: the old launcher printed no exit code, but both ranks died on a NameError."""
     rep = run_analysis([str(DATA / "real_logs_extra" /

@@ -65,6 +65,9 @@ FATAL_CAUSES: tuple[tuple[str, str], ...] = (
 #: Signals that stop a run on purpose (a person, a scheduler's cancel, a launcher passing one on).
 STOP_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 10: "SIGUSR1", 12: "SIGUSR2", 15: "SIGTERM"}
 
+#: run-stopped patterns of a scheduler's cancel with no reason given (formats/scheduler.yaml)
+SCHEDULER_CANCEL_PATTERNS = frozenset({"slurm-cancelled"})
+
 #: cpu-oom patterns that only say a process got SIGKILL: the OOM killer's usual signature, but also
 #: a scheduler's cancel, a preemption, a health checker or a person. Without a line that says the
 #: host ran out of memory the fate is "killed", not an OOM (issue 19).
@@ -383,6 +386,8 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         if named.isdigit():  # torchrun's "Received 15 death signal"
             named = SIGNALS.get(int(named), f"signal {named}")
         how = ("was interrupted (KeyboardInterrupt: Ctrl-C or SIGINT)" if interrupted
+               else "was cancelled by the scheduler (scancel, by the user or an admin)"
+               if stop_sym is not None and SCHEDULER_CANCEL_PATTERNS & set(stop_sym.patterns)
                else f"received {named}" if named
                else f"received {STOP_SIGNALS[exit_signal]}" if exit_signal in STOP_SIGNALS
                else "was stopped by a signal")
