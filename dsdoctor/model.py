@@ -7,6 +7,7 @@ renderers only render a :class:`Report`.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -220,6 +221,19 @@ class Verdict:
         return out
 
 
+def change_text(change: dict[str, Any] | None) -> str:
+    """An exact config change, ``fp16.initial_scale_power: 16 → 32``, from a fix_change."""
+    if not change or not change.get("path"):
+        return ""
+    op, path = change.get("op", "set"), change["path"]
+    if op == "rename":
+        return f"rename {path} → {change.get('new_path')}"
+    if op == "delete":
+        return f"delete {path} (now {json.dumps(change.get('old'))})"
+    return f"{path}: {json.dumps(change.get('old'))} → {json.dumps(change.get('new'))}"
+
+
+
 @dataclass(frozen=True)
 class Problem:
     """One root cause: the symptoms and findings it explains, told once (diagnose/problems.py)."""
@@ -234,12 +248,14 @@ class Problem:
     config_where: str | None = None  # "ds_config.json:25 fp16.initial_scale_power"
     rules: tuple[str, ...] = ()  # codes of the findings it groups, the lead first
     symptoms: tuple[str, ...] = ()  # symptom kinds it explains
+    also: tuple[str, ...] = ()  # the other findings' fixes, one short line each, each note once
 
     def to_dict(self) -> dict[str, Any]:
         return {"cause": self.cause, "severity": self.severity, "what": self.what,
                 "evidence": [e.to_dict() for e in self.evidence], "why": list(self.why),
                 "fix": self.fix, "fix_change": self.fix_change, "config": self.config_where,
-                "rules": list(self.rules), "symptoms": list(self.symptoms)}
+                "also": list(self.also), "rules": list(self.rules),
+                "symptoms": list(self.symptoms)}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ import errno
 import os
 import re
 import stat
+import tempfile
+from collections.abc import Sequence
 from typing import IO
 
 from dsdoctor.errors import UsageError
@@ -105,12 +107,18 @@ def same_file(a: str, b: str) -> bool:
         return False
 
 
+def _refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
+    """UsageError when ``path`` is one of the inputs, whatever the spelling or link."""
+    for inp in inputs:
+        if inp and inp not in ("-", "local") and same_file(path, inp):
+            raise UsageError(f"{one_line(path)}: is one of the input files; choose another "
+                             f"{option} path")
+
+
 def write_report(path: str, text: str, inputs: list[str], force: bool) -> None:
     """Write a report to ``-o FILE``: never over an input, over another file only with --force."""
     shown = one_line(path)
-    for inp in inputs:
-        if inp and inp not in ("-", "local") and same_file(path, inp):
-            raise UsageError(f"{shown}: is one of the input files; choose another --output path")
+    _refuse_inputs(path, inputs, "--output")
     if os.path.lexists(path) and not force:
         raise UsageError(f"{shown}: already exists; pass --force to overwrite it or choose "
                          "another --output path")
@@ -119,6 +127,47 @@ def write_report(path: str, text: str, inputs: list[str], force: bool) -> None:
             fh.write(terminal_safe(text))
     except OSError as exc:
         raise UsageError(f"{shown}: cannot write ({exc.strerror or exc})") from None
+
+
+def write_new_file(path: str, data: bytes, inputs: Sequence[str], force: bool, mode: int,
+                   option: str) -> None:
+    """Write a file the user asked for (``--fix-out``) atomically: never over an input or a link
+    to one, never over a directory, device, FIFO or socket, over another file only with
+    ``--force``; with ``mode``'s permission bits less group/other write (a copy of a private
+    config stays private, one of a shared config is not opened to writes)."""
+    shown = one_line(path)
+    _refuse_inputs(path, inputs, option)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise UsageError(f"{option} {shown}: cannot check it ({exc.strerror or exc})") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise UsageError(f"{option} {shown}: is a directory; give a file name")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise UsageError(f"{option} {shown}: not a regular file (a pipe or device); give a "
+                             "file name")
+        if not force:
+            raise UsageError(f"{option} {shown}: the file exists; choose a new name or add --force")
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".dsdoctor-", suffix=".tmp", dir=directory)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fchmod(fh.fileno(), stat.S_IMODE(mode) & 0o755)
+        os.replace(tmp, path)  # a link at ``path`` is replaced, never written through
+        tmp = None
+    except OSError as exc:
+        raise UsageError(f"{option} {shown}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 class SafeStdout:

@@ -221,7 +221,13 @@ def test_fix_out_writes_a_new_file_and_never_the_input(tmp_path: Path, capsys) -
     rc = main(["analyze", "--config", str(cfg), "--fix-out", str(out), "--format", "json"])
     assert rc == 1  # errors in the input config
     assert cfg.read_text() == original
-    fixed = json.loads(out.read_text())
+    # the copy is the input, edited in place: its comment and layout stay
+    assert out.read_text() == original.replace('"overlap_com": true, "offload_param": {"device": '
+                                               '"cpu"}', '"overlap_comm": true').replace(
+        "weight_decy", "weight_decay")
+    from dsdoctor.facts.configfile import parse_json
+
+    fixed = parse_json(out.read_text(), "fixed.json")[0]
     assert fixed == {"train_micro_batch_size_per_gpu": 4,
                      "zero_optimization": {"stage": 2, "overlap_comm": True},
                      "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "weight_decay": 0.01}}}

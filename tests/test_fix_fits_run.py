@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_rules_examples import RULES, run_example  # noqa: E402
 
-from dsdoctor.diagnose.fixout import apply_changes  # noqa: E402
+from dsdoctor.diagnose.fixout import apply_changes, apply_to_text  # noqa: E402
 from dsdoctor.facts.configfile import lookup  # noqa: E402
 from dsdoctor.model import Finding  # noqa: E402
 
@@ -131,15 +131,19 @@ def test_fix_never_asks_for_what_the_run_has(rule: Any, i: int, example: dict[st
 @pytest.mark.parametrize("rule,i,example", FIRE)
 def test_applying_the_fix_moves_the_run_on(rule: Any, i: int, example: dict[str, Any],
                                            tmp_path: Path) -> None:
-    data = _config_data(example)
     (tmp_path / "before").mkdir()
     (tmp_path / "after").mkdir()
     before = [f for f in run_example(example, tmp_path / "before") if f.rule == rule.code]
     changes = [f.fix_change for f in before if f.fix_change]
-    if data is None or not changes:
+    if "config" not in example or not changes:
         return  # nothing machine-applicable: (a) still holds for this example
-    fixed, done = apply_changes(data, changes)
+    # the copy --fix-out writes: the example's config file as run_example writes it, edited in place
+    text = (tmp_path / "before" / "ds_config.json").read_text(encoding="utf-8")
+    fixed, done = apply_to_text(text, changes)
     assert done, f"{rule.code}: no fix_change applied to the example's config: {changes}"
+    data = _config_data(example)
+    if data is not None:
+        assert json.loads(fixed) == apply_changes(data, changes)[0]
     after = [f for f in run_example({**example, "config": fixed}, tmp_path / "after")
              if f.rule == rule.code]
     again = {(f.config_path, f.fix) for f in after} & {(f.config_path, f.fix) for f in before

@@ -36,20 +36,21 @@ def test_collapse_its_nan_and_its_exit_are_one_problem() -> None:
     assert [e.line for e in p.evidence[:2]] == [246, 267]
 
 
-def test_collapse_text_prints_one_problem_each_evidence_line_once_in_25_lines(monkeypatch) -> None:
+def test_collapse_text_prints_one_problem_each_evidence_line_once_in_26_lines(monkeypatch) -> None:
     monkeypatch.chdir(REPO)  # paths as a user in the repository gives them (sample_logs/...)
     folder = Path("sample_logs") / "fp16_loss_scale_collapse"
     rep = run_analysis([str(folder / "train.log")], configs=[str(folder / "ds_config.json")],
                        engine="python")
     text = render_text(rep, color=False, width=100)
     lines = text.splitlines()
-    assert len(lines) <= 25, text
+    assert len(lines) <= 26, text  # 25, and one for DS103's own fix on its also line (issue 20)
     assert all(len(line) <= 100 for line in lines)
     assert lines[0].startswith("FAILED: the fp16 loss scale collapsed")
     assert len(re.findall(r"^problem \d+ of \d+", text, re.MULTILINE)) == 1
     shown = EVIDENCE.findall(text)
     assert shown and len(shown) == len(set(shown)), shown
     assert "DS103 nan-loss" in text  # the grouped finding is named once, under "also"
+    assert "also: DS103 nan-loss: lower the learning rate (now 0.01) or add warmup" in text
 
 
 def test_verbose_text_adds_every_finding_and_symptom() -> None:
@@ -206,3 +207,69 @@ def test_a_zero3_save_side_note_never_leads() -> None:
     assert [p.rules for p in problems] == [("DS304",), ("DS314",)]
     report = type("R", (), {"findings": [side], "symptoms": []})()
     assert "ZeRO-3 without gather" not in _title(report, None, "", "run", None, Redactor())
+
+
+def _mismatch(count: int = 1):
+    """The config-mismatch symptom of a Trainer refusing a config (tests/golden's
+    trainer_config_mismatch prints this ValueError at train.log:36)."""
+    from dsdoctor.model import Evidence, Symptom
+
+    ev = Evidence("train.log", 36, "ValueError: Please correct the following DeepSpeed config "
+                  "values that mismatch TrainingArguments values:", 0)
+    return Symptom(kind="config-mismatch", count=count, evidence=(ev,), first=ev, last=ev), ev
+
+
+def test_the_finding_tied_to_the_logs_failure_gives_the_fix_and_the_lint_stays_as_also() -> None:
+    """Issue 20, item 5: a config lint (no log line, listed first, more severe) does not take the
+    problem's fix from the finding that quotes the failure; its own fix stays, as one also line."""
+    from dsdoctor.diagnose.problems import group
+    from dsdoctor.model import Finding
+
+    symptom, ev = _mismatch()
+    lint = Finding(rule="DS311", name="trainer-config-mismatch", severity="error",
+                   title="A config value differs from the Trainer argument",
+                   message="the config says 4, the Trainer 2",
+                   fix="Set gradient_accumulation_steps to 2. Or to \"auto\".",
+                   fix_change={"op": "set", "path": "gradient_accumulation_steps", "old": 4,
+                               "new": "auto"})
+    tied = Finding(rule="DS109", name="trainer-deepspeed-mismatch-in-log", severity="warning",
+                   title="Transformers refused the DeepSpeed config",
+                   message="The Trainer refused the DeepSpeed config", evidence=(ev,),
+                   fix="Set gradient_accumulation_steps to \"auto\" so the Trainer fills it.")
+    (p,) = group([symptom], [lint, tied])
+    assert p.rules == ("DS109", "DS311") and p.severity == "error"
+    assert p.fix == tied.fix and p.why == (tied.message,) and p.what.startswith(tied.title)
+    assert p.also == ('DS311 trainer-config-mismatch: Set gradient_accumulation_steps to 2. '
+                      '(change: gradient_accumulation_steps: 4 → "auto")',)
+    text = render_text(_report_of(p), color=False, width=100)
+    assert "also: DS311 trainer-config-mismatch: Set gradient_accumulation_steps to 2." in text
+    assert text.count("Set gradient_accumulation_steps to 2.") == 1
+
+
+def test_identical_notes_of_grouped_findings_are_printed_once() -> None:
+    from dsdoctor.diagnose.problems import group
+    from dsdoctor.model import Finding
+
+    symptom, ev = _mismatch()
+
+    def f(rule: str, name: str, fix: str) -> Finding:
+        return Finding(rule=rule, name=name, severity="error", title=f"{rule} title",
+                       message=rule, evidence=(ev,), fix=fix)
+
+    log = "trainer-deepspeed-mismatch-in-log"
+    lead = f("DS109", log, "Set train_micro_batch_size_per_gpu to \"auto\".")
+    same_as_lead = f("DS109", log, "set train_micro_batch_size_per_gpu to  \"auto\"")
+    shared = [f("DS109", log, "Give both the same value."),
+              f("DS109", log, "Give both the same value."),
+              f("DS311", "trainer-config-mismatch", "Give both the same value.")]
+    (p,) = group([symptom], [lead, same_as_lead, *shared])
+    assert p.fix == lead.fix
+    # the second DS109's fix is the problem's own: not repeated
+    assert p.also == ("DS109 trainer-deepspeed-mismatch-in-log, DS311 trainer-config-mismatch: "
+                      "Give both the same value.",)
+
+
+def _report_of(p):
+    from dsdoctor.model import Report
+
+    return Report(files=(), symptoms=(), problems=(p,))

@@ -11,7 +11,7 @@ from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.diagnose.pipeline import analyze
 from dsdoctor.errors import UsageError
 from dsdoctor.render.analysis import render
-from dsdoctor.safeio import input_paths, write_report
+from dsdoctor.safeio import input_paths, same_file, write_report
 
 EPILOG = """examples:
   dsdoctor analyze train.log
@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
                          "for a pre-flight check")
     if args.logs.count("-") > 1:
         raise UsageError("standard input ('-') can be given only once")
+    if args.fix_out and args.output and same_file(args.fix_out, args.output):
+        raise UsageError("--fix-out and --output name the same file; give each its own")
     inputs = inputs_from(args)
     bar = progress_bar(args.quiet, sys.stderr)
     try:
@@ -79,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if args.fix_out:
         from dsdoctor.diagnose import fixout  # noqa: PLC0415
 
-        written = fixout.write_fixed(inputs.configs, args.fix_out, report, force=args.force)
+        written = fixout.write_fixed(inputs.configs, args.fix_out, report, force=args.force,
+                                     inputs=input_paths(args))
         if written:
             print(f"dsdoctor: wrote fixed config to {written}", file=sys.stderr)
     text = render(report, args.format, color=_use_color(args),

@@ -4,18 +4,21 @@ The fp16 collapse, the NaN loss it produced and the exit it caused are one probl
 findings that quote the same lines; an OOM and the launcher exit it caused are one problem; a
 config lint is its own problem. Each :class:`~dsdoctor.model.Problem` says what happened once (a
 sentence with the numbers), shows at most three evidence lines that no earlier problem showed,
-gives the lead finding's reasoning (why) and its fix as an exact change. Renderers only render
+gives the lead finding's reasoning (why) and its fix as an exact change. The lead is the finding
+that best explains the run (one quoting the failure's log lines before a config lint); each other
+finding's fix stays as one short ``also`` line, a note two findings share told once. Renderers only render
 the problems; the grouping lives here, before rendering.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dsdoctor.diagnose.verdict import exception_phrase, exit_phrase
 from dsdoctor.logs.tracebacks import TRACEBACK_LINE
-from dsdoctor.model import Evidence, Finding, Problem, Symptom, Verdict
+from dsdoctor.model import Evidence, Finding, Problem, Symptom, Verdict, change_text
 
 #: Causes, each with the symptom kinds it explains and the rule names (findings) that explain it.
 #: Order = which cause claims the run's exit when several are present (the likelier killer first).
@@ -133,11 +136,20 @@ def _killer(groups: Mapping[str, _Group]) -> str | None:
 NEVER_LEAD = frozenset({"DS314"})
 
 
-def _lead(findings: Sequence[Finding]) -> Finding | None:
-    if not findings:
-        return None
-    return min(enumerate(findings), key=lambda t: (
-        _SEVERITY.get(t[1].severity, 9), t[1].rule in NEVER_LEAD, t[0]))[1]
+def _log_lines(g: _Group) -> set[str]:
+    """The log files whose lines show this cause's symptoms (what a finding must quote to be
+    tied to the run's failure)."""
+    return {e.file for s in g.symptoms for e in s.evidence}
+
+
+def _rank(g: _Group) -> list[Finding]:
+    """The group's findings, the one that best explains the run first: a finding that quotes the
+    log lines of the failure outranks one read from the config or script alone (a lint), then
+    the more severe, then the earlier; a NEVER_LEAD finding only when nothing else is there."""
+    logs = _log_lines(g)
+    return [f for _i, f in sorted(enumerate(g.findings), key=lambda t: (
+        not any(e.file in logs for e in t[1].evidence), _SEVERITY.get(t[1].severity, 9),
+        t[1].rule in NEVER_LEAD, t[0]))]
 
 
 def _side_note(g: _Group) -> bool:
@@ -203,12 +215,56 @@ def _label(g: _Group) -> str:
     return g.cause
 
 
+#: The most characters of another finding's fix an ``also:`` line shows (its first sentence).
+ALSO_CHARS = 240
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a fix; past ALSO_CHARS, its clauses (``;``) that fit, else its
+    words that fit and an ellipsis."""
+    first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
+    if len(first) <= ALSO_CHARS:
+        return first
+    clause = first.rfind("; ", 0, ALSO_CHARS)
+    if clause >= ALSO_CHARS // 3:
+        return first[:clause] + " …"
+    return first[:ALSO_CHARS].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+
+
+def _also(ranked: Sequence[Finding], fixer: Finding | None) -> tuple[str, ...]:
+    """One short line per other finding: its fix (first sentence, and the exact change), or its
+    title when it has no fix; nothing when its fix is the problem's; a note two findings share is
+    printed once, naming both."""
+    notes: dict[str, list[str]] = {}
+    told = {_same_text(fixer.fix)} if fixer is not None and fixer.fix else set()
+    for f in ranked:
+        if f is fixer:
+            continue
+        change = change_text(f.fix_change)
+        if f.fix and _same_text(f.fix) not in told:
+            note = _first_sentence(f.fix) + (f" (change: {change})" if change else "")
+        elif change and f.fix_change != (fixer.fix_change if fixer is not None else None):
+            note = f"change: {change}"
+        elif f.fix:
+            continue  # its fix is the one printed above
+        else:
+            note = f.title
+        names = notes.setdefault(note, [])
+        if f"{f.rule} {f.name}" not in names:
+            names.append(f"{f.rule} {f.name}")
+    return tuple(f"{', '.join(names)}: {note}" for note, names in notes.items())
+
+
+def _same_text(text: str) -> str:
+    return " ".join(text.split()).rstrip(".").casefold()
+
+
 def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
              decides: bool = False) -> Problem:
-    findings = sorted(g.findings, key=lambda f: _SEVERITY.get(f.severity, 9))
-    lead = _lead(findings)
-    fixer = lead if lead is not None and (lead.fix or lead.fix_change) else next(
-        (f for f in findings if f.fix_change), lead)
+    findings = _rank(g)
+    lead = findings[0] if findings else None
+    fixer = next((f for f in findings if f.fix or f.fix_change), lead)
     own = [s for s in g.symptoms if s.kind not in EXIT_KINDS]
     if own:  # the exit belongs to this cause: its exception text is the cause's, say the code only
         numbers = "; ".join([_phrase(s) for s in own] + [
@@ -218,22 +274,22 @@ def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
         numbers = "; ".join(_phrase(s) for s in g.symptoms)
     if lead is not None:
         what = f"{lead.title}: {numbers}" if numbers else lead.title
-        severity = lead.severity
+        severity = min((f.severity for f in findings), key=lambda s: _SEVERITY.get(s, 9))
     else:
         what = numbers[0].upper() + numbers[1:] if numbers else g.cause
         severity = "warning"
     if decides and verdict is not None and verdict.is_error and g.symptoms:
         severity = "error"  # the cause of a failed/hung/not-learning run is an error, whatever
         # severity the rule's advice carries (DS107 warns: a timeout may be a slow step)
-    why: list[str] = [lead.message] if lead is not None and lead.message else []
-    why += [f"{f.rule} {f.name}: {f.title}" for f in findings if f is not lead]
+    why = (lead.message,) if lead is not None and lead.message else ()
     rules: list[str] = []
     for f in findings:
         if f.rule not in rules:
             rules.append(f.rule)
     return Problem(
         cause=_label(g),
-        severity=severity, what=what, evidence=_pick_evidence(g, lead, shown), why=tuple(why),
+        severity=severity, what=what, evidence=_pick_evidence(g, lead, shown), why=why,
+        also=_also(findings, fixer),
         fix=fixer.fix if fixer is not None else "",
         fix_change=fixer.fix_change if fixer is not None else None,
         config_where=_config_where(fixer) if fixer is not None else None,

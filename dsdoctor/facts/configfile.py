@@ -166,16 +166,59 @@ _LITERALS = {"true": True, "false": False, "null": None,
              "NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
-class _JsonParser:
-    """Recursive-descent JSON parser recording every key's position (no eval, depth-capped)."""
+@dataclass(frozen=True)
+class MemberSpan:
+    """Where one ``"key": value`` member is written, as offsets into the decoded text:
+    the key's quotes ``[key_start, key_end)`` and the value ``[value_start, value_end)``."""
 
-    def __init__(self, text: str, file: str) -> None:
+    key_start: int
+    key_end: int
+    value_start: int
+    value_end: int
+
+
+@dataclass(frozen=True)
+class ObjectSpan:
+    """Where one object is written: ``{`` at ``open``, ``}`` at ``close``, and its members'
+    dotted paths in the order written (the effective occurrence of each key)."""
+
+    open: int
+    close: int
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JsonLayout:
+    """A JSON text with where each member and object is written (``--fix-out`` edits the text at
+    these offsets, so every byte it does not fix stays as the user wrote it).
+
+    ``members`` holds the occurrence that counts (the last, as ``json.load``); ``shadowed`` the
+    earlier occurrences of a duplicated key, whose subtrees are not in ``members`` or ``objects``.
+    """
+
+    file: str
+    text: str
+    data: dict[str, Any]
+    members: dict[str, MemberSpan]
+    objects: dict[str, ObjectSpan]
+    shadowed: dict[str, tuple[MemberSpan, ...]]
+
+
+class _JsonParser:
+    """Recursive-descent JSON parser recording every key's position (no eval, depth-capped);
+    with ``spans``, also where each member's key and value and each object are written."""
+
+    def __init__(self, text: str, file: str, spans: bool = False) -> None:
         self.text = text
         self.file = file
         self.positions: dict[str, KeyPos] = {}
         self.duplicates: list[Duplicate] = []
         self._nl = array("q", (m.start() for m in _NEWLINE.finditer(text)))  # 8 bytes a line
         self._array_positions = 0
+        self.spans = spans
+        self.members: dict[str, MemberSpan] = {}
+        self.objects: dict[str, ObjectSpan] = {}
+        self.shadowed: dict[str, list[MemberSpan]] = {}
 
     def pos(self, offset: int) -> KeyPos:
         line = bisect.bisect_left(self._nl, offset)
@@ -234,18 +277,38 @@ class _JsonParser:
         except json.JSONDecodeError as exc:
             raise self.fail(exc.pos, exc.msg.lower()) from None
 
+    def _forget(self, path: str) -> None:
+        """Drop the spans recorded under a shadowed occurrence of ``path`` (its subtree)."""
+        for table in (self.members, self.objects, self.shadowed):
+            for p in [p for p in table if p.startswith((path + ".", path + "["))]:
+                del table[p]
+        self.objects.pop(path, None)
+
+    def _member(self, path: str, span: MemberSpan) -> None:
+        earlier = self.members.get(path)
+        if earlier is not None:
+            self.shadowed.setdefault(path, []).append(earlier)
+        self.members[path] = span
+
     def obj(self, i: int, path: str, depth: int) -> tuple[dict[str, Any], int]:
         out: dict[str, Any] = {}
+        opened = i
+        order: dict[str, None] = {}
         i = self.ws(i + 1)
         if i < len(self.text) and self.text[i] == "}":
+            if self.spans:
+                self.objects[path] = ObjectSpan(opened, i, ())
             return out, i + 1
         while True:
             if i >= len(self.text) or self.text[i] != '"':
                 if i < len(self.text) and self.text[i] == "}":  # trailing comma (hjson accepts it)
+                    if self.spans:
+                        self.objects[path] = ObjectSpan(opened, i, tuple(order))
                     return out, i + 1
                 raise self.fail(i, "expected a double-quoted key")
             key_at = i
             key, i = self.string(i)
+            key_end = i
             i = self.ws(i)
             if i >= len(self.text) or self.text[i] != ":":
                 raise self.fail(i, f"expected ':' after key {key!r}")
@@ -255,13 +318,22 @@ class _JsonParser:
                 self.duplicates.append(Duplicate(kpath, kpos, self.positions.get(kpath, kpos)))
             else:
                 self.positions[kpath] = kpos
-            value, i = self.value(self.ws(i + 1), kpath, depth + 1)
+            value_at = self.ws(i + 1)
+            if self.spans and key in out:
+                self._forget(kpath)
+            value, i = self.value(value_at, kpath, depth + 1)
             out[key] = value  # last one wins, like json.load; the duplicate is reported
+            if self.spans:
+                self._member(kpath, MemberSpan(key_at, key_end, value_at, i))
+                order.pop(kpath, None)
+                order[kpath] = None
             i = self.ws(i)
             if i < len(self.text) and self.text[i] == ",":
                 i = self.ws(i + 1)
                 continue
             if i < len(self.text) and self.text[i] == "}":
+                if self.spans:
+                    self.objects[path] = ObjectSpan(opened, i, tuple(order))
                 return out, i + 1
             raise self.fail(i, "expected ',' or '}'")
 
@@ -294,6 +366,14 @@ def parse_json(text: str, file: str) -> tuple[dict[str, Any], dict[str, KeyPos],
     p = _JsonParser(text, file)
     data = p.parse()
     return data, p.positions, p.duplicates
+
+
+def json_layout(text: str, file: str) -> JsonLayout:
+    """Parse JSON text keeping where each member and object is written; UsageError on bad input."""
+    p = _JsonParser(text, file, spans=True)
+    data = p.parse()
+    return JsonLayout(file, text, data, p.members, p.objects,
+                      {k: tuple(v) for k, v in p.shadowed.items()})
 
 
 # ------------------------------------------------------------------------------------------ YAML

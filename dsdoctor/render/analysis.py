@@ -19,6 +19,7 @@ from dsdoctor.model import (
     TimelinePoint,
     json_number,
 )
+from dsdoctor.model import change_text as change_text  # the renderers' name for it (re-export)
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 EVIDENCE_IN_TEXT = 3
@@ -162,18 +163,6 @@ def short_names(report: Report) -> dict[str, str]:
     if len(set(bases)) == len(bases):
         return dict(zip(paths, bases))
     return {p: p for p in paths}
-
-
-def change_text(change: dict[str, Any] | None) -> str:
-    """An exact config change, ``fp16.initial_scale_power: 16 → 32``, from a fix_change."""
-    if not change or not change.get("path"):
-        return ""
-    op, path = change.get("op", "set"), change["path"]
-    if op == "rename":
-        return f"rename {path} → {change.get('new_path')}"
-    if op == "delete":
-        return f"delete {path} (now {json.dumps(change.get('old'))})"
-    return f"{path}: {json.dumps(change.get('old'))} → {json.dumps(change.get('new'))}"
 
 
 def problem_heading(i: int, total: int, p: Problem) -> str:

@@ -64,7 +64,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             out.append("")
         if p.why:
             out.append(f"- why: {p.why[0]}")
-            out.extend(f"- also: {extra}" for extra in p.why[1:])
+            out.extend(f"- why: {extra}" for extra in p.why[1:])
         if p.fix:
             out.append(f"- fix: {p.fix}")
         change = change_text(p.fix_change)
@@ -73,6 +73,7 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
             out.append(f"- change: `{change}`{where}")
         elif p.config_where:
             out.append(f"- config: `{p.config_where}`")
+        out.extend(f"- also: {note}" for note in p.also)
         out.append("")
     if not report.problems and report.files:
         out.append("No failure symptoms found in the log.")

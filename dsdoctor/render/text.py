@@ -142,7 +142,7 @@ def _problem(out: _Printer, p: Problem, heading: str) -> None:
     if p.why:
         out.para(p.why[0], label="why")
         for extra in p.why[1:]:
-            out.para(extra, label="also", style="dim")
+            out.para(extra, label="why", style="dim")
     if p.fix:
         out.para(p.fix, label="fix", style="bold green")
     change = change_text(p.fix_change)
@@ -151,6 +151,8 @@ def _problem(out: _Printer, p: Problem, heading: str) -> None:
         out.para(change + where, label="change", style="bold green")
     elif p.config_where:
         out.para(p.config_where, label="config", style="dim")
+    for note in p.also:  # the other findings' fixes: not only under --verbose
+        out.para(note, label="also", style="green")
 
 
 def _verbose(out: _Printer, report: Report) -> None:
