@@ -204,6 +204,12 @@ class Verdict:
     fingerprint: str | None = None
     # "error-line" when the generic layer's lines decided it (a failure no pattern knows)
     decided_by: str | None = None
+    # whether a retry of the job can help (diagnose/retry.py): yes | no | unknown, and why
+    retriable: str | None = None
+    retriable_reason: str = ""
+    # the step of the last checkpoint save the log shows, and the steps done since (lost on a retry)
+    checkpoint_step: int | None = None
+    steps_lost: int | None = None
 
     @property
     def is_error(self) -> bool:
@@ -217,6 +223,9 @@ class Verdict:
             out["fingerprint"] = self.fingerprint
         if self.decided_by is not None:
             out["decided_by"] = self.decided_by
+        if self.retriable is not None:
+            out.update(retriable=self.retriable, retriable_reason=self.retriable_reason,
+                       checkpoint_step=self.checkpoint_step, steps_lost=self.steps_lost)
         return out
 
 
@@ -234,12 +243,20 @@ class Problem:
     config_where: str | None = None  # "ds_config.json:25 fp16.initial_scale_power"
     rules: tuple[str, ...] = ()  # codes of the findings it groups, the lead first
     symptoms: tuple[str, ...] = ()  # symptom kinds it explains
+    # the root cause's stable id: rule code + normalized signature (diagnose/fingerprint.py)
+    fingerprint: str = ""
+    signature: str = ""  # what was hashed besides the key: the normalized line or config key
+    # whether a retry can help with this cause (diagnose/retry.py): yes | no | unknown, and why
+    retriable: str = "unknown"
+    retriable_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"cause": self.cause, "severity": self.severity, "what": self.what,
                 "evidence": [e.to_dict() for e in self.evidence], "why": list(self.why),
                 "fix": self.fix, "fix_change": self.fix_change, "config": self.config_where,
-                "rules": list(self.rules), "symptoms": list(self.symptoms)}
+                "rules": list(self.rules), "symptoms": list(self.symptoms),
+                "fingerprint": self.fingerprint, "signature": self.signature,
+                "retriable": self.retriable, "retriable_reason": self.retriable_reason}
 
 
 @dataclass(frozen=True)
