@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dsdoctor.diagnose.ranks import RankTable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: retriable, steps_lost, per-problem fingerprint (issue 22)
 
 #: Symptom kinds, as the issue tracker names them. Formats may only emit these (the loader checks).
 SYMPTOM_KINDS: tuple[str, ...] = (
@@ -57,6 +57,23 @@ SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 FATES: tuple[str, ...] = ("failed", "hung", "killed", "stopped", "not-learning", "recovered",
                           "healthy", "ended-mid-run", "unknown")
 ERROR_FATES: tuple[str, ...] = ("failed", "hung", "killed", "stopped", "not-learning")
+
+#: ``--exit-code=fate``: a code per fate for scripts (docs/machine-output.md). 0: the run did not
+#: fail and no finding is an error; 1: it did not fail but a finding is an error (a config lint);
+#: 2 is bad usage, as in every mode.
+FATE_EXIT_CODES: dict[str, int] = {"failed": 3, "hung": 4, "killed": 5, "stopped": 6,
+                                   "not-learning": 7}
+EXIT_CODE_MODES: tuple[str, ...] = ("any", "fate")
+
+
+def combined_exit_code(codes: list[int], mode: str = "any") -> int:
+    """One exit code for several analyses: in ``fate`` mode the most telling fate (failed before
+    hung before killed before stopped before not-learning: the lowest fate code), else the worst."""
+    fates = [c for c in codes if c >= 3]
+    if mode == "fate" and fates:
+        return min(fates)
+    return max(codes, default=0)
+
 
 #: Prefilter engines (see prefilter.py); here so that the CLI can offer them without importing it.
 ENGINES: tuple[str, ...] = ("auto", "hyperscan", "python")
@@ -290,6 +307,12 @@ class Report:
         if self.verdict is not None and self.verdict.is_error:
             return 1
         return 1 if any(f.severity == "error" for f in self.findings) else 0
+
+    def exit_code_for(self, mode: str = "any") -> int:
+        """:attr:`exit_code`, or in ``fate`` mode the fate's own code (:data:`FATE_EXIT_CODES`)."""
+        if mode == "fate" and self.verdict is not None and self.verdict.fate in FATE_EXIT_CODES:
+            return FATE_EXIT_CODES[self.verdict.fate]
+        return self.exit_code
 
     def symptom(self, kind: str) -> Symptom | None:
         for s in self.symptoms:
