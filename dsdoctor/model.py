@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dsdoctor.diagnose.ranks import RankTable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: retriable, steps_lost, per-problem fingerprint (issue 22)
 
 #: Symptom kinds, as the issue tracker names them. Formats may only emit these (the loader checks).
 SYMPTOM_KINDS: tuple[str, ...] = (
@@ -58,6 +58,23 @@ SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 FATES: tuple[str, ...] = ("failed", "hung", "killed", "stopped", "not-learning", "recovered",
                           "healthy", "ended-mid-run", "unknown")
 ERROR_FATES: tuple[str, ...] = ("failed", "hung", "killed", "stopped", "not-learning")
+
+#: ``--exit-code=fate``: a code per fate for scripts (docs/machine-output.md). 0: the run did not
+#: fail and no finding is an error; 1: it did not fail but a finding is an error (a config lint);
+#: 2 is bad usage, as in every mode.
+FATE_EXIT_CODES: dict[str, int] = {"failed": 3, "hung": 4, "killed": 5, "stopped": 6,
+                                   "not-learning": 7}
+EXIT_CODE_MODES: tuple[str, ...] = ("any", "fate")
+
+
+def combined_exit_code(codes: list[int], mode: str = "any") -> int:
+    """One exit code for several analyses: in ``fate`` mode the most telling fate (failed before
+    hung before killed before stopped before not-learning: the lowest fate code), else the worst."""
+    fates = [c for c in codes if c >= 3]
+    if mode == "fate" and fates:
+        return min(fates)
+    return max(codes, default=0)
+
 
 #: Prefilter engines (see prefilter.py); here so that the CLI can offer them without importing it.
 ENGINES: tuple[str, ...] = ("auto", "hyperscan", "python")
@@ -205,6 +222,12 @@ class Verdict:
     fingerprint: str | None = None
     # "error-line" when the generic layer's lines decided it (a failure no pattern knows)
     decided_by: str | None = None
+    # whether a retry of the job can help (diagnose/retry.py): yes | no | unknown, and why
+    retriable: str | None = None
+    retriable_reason: str = ""
+    # the step of the last checkpoint save the log shows, and the steps done since (lost on a retry)
+    checkpoint_step: int | None = None
+    steps_lost: int | None = None
 
     @property
     def is_error(self) -> bool:
@@ -218,6 +241,9 @@ class Verdict:
             out["fingerprint"] = self.fingerprint
         if self.decided_by is not None:
             out["decided_by"] = self.decided_by
+        if self.retriable is not None:
+            out.update(retriable=self.retriable, retriable_reason=self.retriable_reason,
+                       checkpoint_step=self.checkpoint_step, steps_lost=self.steps_lost)
         return out
 
 
@@ -249,13 +275,21 @@ class Problem:
     rules: tuple[str, ...] = ()  # codes of the findings it groups, the lead first
     symptoms: tuple[str, ...] = ()  # symptom kinds it explains
     also: tuple[str, ...] = ()  # the other findings' fixes, one short line each, each note once
+    # the root cause's stable id: rule code + normalized signature (diagnose/fingerprint.py)
+    fingerprint: str = ""
+    signature: str = ""  # what was hashed besides the key: the normalized line or config key
+    # whether a retry can help with this cause (diagnose/retry.py): yes | no | unknown, and why
+    retriable: str = "unknown"
+    retriable_reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"cause": self.cause, "severity": self.severity, "what": self.what,
                 "evidence": [e.to_dict() for e in self.evidence], "why": list(self.why),
                 "fix": self.fix, "fix_change": self.fix_change, "config": self.config_where,
                 "also": list(self.also), "rules": list(self.rules),
-                "symptoms": list(self.symptoms)}
+                "symptoms": list(self.symptoms),
+                "fingerprint": self.fingerprint, "signature": self.signature,
+                "retriable": self.retriable, "retriable_reason": self.retriable_reason}
 
 
 @dataclass(frozen=True)
@@ -289,6 +323,12 @@ class Report:
         if self.verdict is not None and self.verdict.is_error:
             return 1
         return 1 if any(f.severity == "error" for f in self.findings) else 0
+
+    def exit_code_for(self, mode: str = "any") -> int:
+        """:attr:`exit_code`, or in ``fate`` mode the fate's own code (:data:`FATE_EXIT_CODES`)."""
+        if mode == "fate" and self.verdict is not None and self.verdict.fate in FATE_EXIT_CODES:
+            return FATE_EXIT_CODES[self.verdict.fate]
+        return self.exit_code
 
     def symptom(self, kind: str) -> Symptom | None:
         for s in self.symptoms:

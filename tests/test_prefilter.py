@@ -19,6 +19,7 @@ LOG = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
 
 
 def _kinds() -> set[str]:
+    prefilter._LOADED.clear()  # as a new process: the database comes from the disk cache
     return set(scan_text(LOG, engine="hyperscan").symptoms)
 
 
@@ -74,6 +75,15 @@ def test_wrong_key_or_corrupt_body_is_rebuilt(cache):
         f.write_bytes(bytes(raw))
     assert "gpu-oom" in _kinds()
     assert _load_ok(cache)  # rebuilt: the entry verifies again
+
+
+def test_a_process_loads_each_database_once(cache):
+    """triage analyzes thousands of logs in one process: the disk cache is read once."""
+    _kinds()
+    for f in _entries(cache):
+        f.write_bytes(b"damaged")  # a process that had to read it again would rebuild it
+    assert "gpu-oom" in set(scan_text(LOG, engine="hyperscan").symptoms)
+    assert all(f.read_bytes() == b"damaged" for f in _entries(cache))
 
 
 def _load_ok(d) -> bool:

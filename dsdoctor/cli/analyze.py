@@ -10,7 +10,8 @@ from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.diagnose.pipeline import analyze
 from dsdoctor.errors import UsageError
-from dsdoctor.render.analysis import render
+from dsdoctor.model import EXIT_CODE_MODES, combined_exit_code
+from dsdoctor.render.analysis import render, render_jsonl
 from dsdoctor.safeio import input_paths, same_file, write_report
 
 EPILOG = """examples:
@@ -19,10 +20,17 @@ EPILOG = """examples:
   dsdoctor analyze --config ds_config.json          (pre-flight check, no log)
   dsdoctor analyze train.log --trace fr_dumps/       (+ PyTorch Flight Recorder dumps)
   kubectl logs trainer-0 | dsdoctor analyze - --format markdown
+  dsdoctor analyze job1/train.log job2/train.log --format jsonl --exit-code fate
+
+--format json is described by a JSON Schema (dsdoctor schema; docs/machine-output.md);
+--format jsonl analyzes each LOG on its own and writes one JSON object per line.
 
 exit codes: 0 the run is healthy or recovered (or no log) and no finding is an error,
-            1 the run failed, hung or is not learning, or an error finding (e.g. a config lint),
-            2 bad usage or unreadable input"""
+            1 the run failed, hung, was killed or stopped, or is not learning, or an error
+              finding (e.g. a config lint),
+            2 bad usage or unreadable input
+  with --exit-code fate: 3 failed, 4 hung, 5 killed, 6 stopped, 7 not-learning
+            (0, 1 and 2 as above for the other fates)"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,7 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write a copy of the config with the safe fixes applied to FILE")
     p.add_argument("--force", action="store_true",
                    help="let --fix-out and --output overwrite an existing FILE")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "json", "jsonl", "markdown"), default="text",
+                   help="jsonl: each LOG analyzed on its own, one JSON object per line")
+    p.add_argument("--exit-code", choices=EXIT_CODE_MODES, default="any", dest="exit_code",
+                   help="fate: a code per fate for scripts (3 failed, 4 hung, 5 killed, "
+                   "6 stopped, 7 not-learning); any (default): 1 for all of them")
     p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour in text output (default: when writing to a terminal)")
@@ -72,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("standard input ('-') can be given only once")
     if args.fix_out and args.output and same_file(args.fix_out, args.output):
         raise UsageError("--fix-out and --output name the same file; give each its own")
+    if args.format == "jsonl" and len(args.logs) > 1:
+        return _run_jsonl(args)
     inputs = inputs_from(args)
     bar = progress_bar(args.quiet, sys.stderr)
     try:
@@ -92,4 +106,23 @@ def run(args: argparse.Namespace) -> int:
         write_report(args.output, text, input_paths(args), args.force)
     else:
         sys.stdout.write(text)
-    return report.exit_code
+    return report.exit_code_for(args.exit_code)
+
+
+def _run_jsonl(args: argparse.Namespace) -> int:
+    """``--format jsonl`` with several logs: each analyzed on its own (the other inputs shared),
+    one line each, in the order given; the exit code of the worst (see EPILOG)."""
+    if args.fix_out:
+        raise UsageError("--fix-out takes one analysis: drop it, or give one LOG")
+    lines, codes = [], []
+    for log in args.logs:
+        one = argparse.Namespace(**{**vars(args), "logs": [log]})
+        report = analyze(inputs_from(one))
+        lines.append(render_jsonl(report, input=log))
+        codes.append(report.exit_code_for(args.exit_code))
+    text = "".join(lines)
+    if args.output:
+        write_report(args.output, text, input_paths(args), args.force)
+    else:
+        sys.stdout.write(text)
+    return combined_exit_code(codes, args.exit_code)

@@ -22,6 +22,8 @@ COMMANDS = {
     "rules": "dsdoctor.cli.rules",
     "estimate": "dsdoctor.cli.estimate",
     "issue-template": "dsdoctor.cli.issue_template",
+    "triage": "dsdoctor.cli.triage",
+    "schema": "dsdoctor.cli.schema",
 }
 COMMAND_MODULES = tuple(COMMANDS.values())
 

@@ -109,6 +109,9 @@ class Rule:
     category: str = ""
     file: str = ""
     verified: tuple[Verified, ...] = ()
+    # whether a retry can help when this rule explains a failure (diagnose/retry.py):
+    # {value, reason, needs_checkpoint, cases: [{text, value, reason}]}; None: the category's
+    retriable: dict[str, Any] | None = None
 
     @property
     def symptoms(self) -> tuple[str, ...]:
@@ -232,7 +235,56 @@ def _rule_from_yaml(data: Any, filename: str) -> Rule:
                 fix=str(data["fix"]).strip(), references=tuple(refs), when=when, hook=hook,
                 examples=examples, applies=str(data.get("applies", "")).strip(),
                 category=str(data.get("category", "")).strip(), file=filename,
-                verified=_verified_from_yaml(data.get("verified"), filename))
+                verified=_verified_from_yaml(data.get("verified"), filename),
+                retriable=_retriable_from_yaml(data.get("retriable"), filename,
+                                               str(data.get("category", "")).strip()))
+
+
+#: Whether a retry can help (issue 22): the answers, and the categories whose rules explain a
+#: failure in the log and must say it (a config lint's answer is its category's: no).
+RETRIABLE_VALUES = ("yes", "no", "unknown")
+RETRIABLE_REQUIRED = ("symptom", "failure")
+
+
+def _retriable_from_yaml(item: Any, filename: str, category: str) -> dict[str, Any] | None:
+    """``retriable: {value, reason, needs_checkpoint?, cases?: [{text, value, reason}]}``:
+    ``cases`` are tried in order against the problem's evidence lines (a regex, case-insensitive)
+    before ``value``; ``needs_checkpoint`` makes a yes unknown when the log shows no save."""
+    where = f"{filename}: retriable"
+    if item is None:
+        if category in RETRIABLE_REQUIRED:
+            raise RuleError(f"{where} is required for a {category} rule: {{value: yes|no|unknown, "
+                            "reason: ...}} (whether a retry of the failed job can help, and why)")
+        return None
+    if not isinstance(item, dict) or set(item) - {"value", "reason", "needs_checkpoint", "cases"}:
+        raise RuleError(f"{where} takes value, reason, needs_checkpoint and cases")
+
+    def answer(d: Any, at: str) -> tuple[str, str]:
+        value, reason = d.get("value"), d.get("reason")
+        if isinstance(value, bool):
+            raise RuleError(f"{at}: value must be quoted ('yes', 'no'): YAML reads yes/no as true/false")
+        if value not in RETRIABLE_VALUES:
+            raise RuleError(f"{at}: value {value!r} is not one of {', '.join(RETRIABLE_VALUES)}")
+        if not isinstance(reason, str) or not reason.strip():
+            raise RuleError(f"{at}: needs a reason (why a retry can or cannot help)")
+        return str(value), " ".join(reason.split())
+
+    value, reason = answer(item, where)
+    cases = []
+    for i, case in enumerate(item.get("cases") or []):
+        at = f"{where}.cases[{i}]"
+        if not isinstance(case, dict) or set(case) != {"text", "value", "reason"}:
+            raise RuleError(f"{at} takes text (a regex), value and reason")
+        try:
+            re.compile(str(case["text"]))
+        except re.error as exc:
+            raise RuleError(f"{at}: text is not a regex ({exc})") from None
+        cvalue, creason = answer(case, at)
+        cases.append({"text": str(case["text"]), "value": cvalue, "reason": creason})
+    needs = item.get("needs_checkpoint", False)
+    if not isinstance(needs, bool):
+        raise RuleError(f"{where}.needs_checkpoint is true or false")
+    return {"value": value, "reason": reason, "needs_checkpoint": needs, "cases": cases}
 
 
 def _verified_from_yaml(items: Any, filename: str) -> tuple[Verified, ...]:
@@ -277,7 +329,7 @@ def _load_rules_cached(directory: str | None) -> tuple[Rule, ...]:
 
 
 #: The shape of a cached rule: changed whenever a Rule field is added, so an older cache is rebuilt.
-_RULE_CACHE_SCHEMA = "rule-2:verified"
+_RULE_CACHE_SCHEMA = "rule-3:retriable"
 
 
 def _shipped_rules() -> tuple[Rule, ...]:

@@ -39,4 +39,36 @@ def fingerprint(text: str) -> str:
     return digest(signature(text).encode("utf-8"))[:12].decode("ascii")
 
 
-__all__ = ["fingerprint", "signature"]
+#: The version of the cause fingerprint's recipe, hashed with it: a change to the recipe (a new
+#: normalization step) bumps it, so an id never silently means two different things; the same
+#: recipe gives the same id in every dsdoctor release (docs/fingerprints.md).
+CAUSE_RECIPE = "cause-1"
+
+#: Logger and launcher prefixes before the message (after :func:`signature`): glog's
+#: ``[E206 <n> ProcessGroupNCCL.cpp:<n>]``, DeepSpeed's ``[INFO] [engine.py:<n>:step]``, Python
+#: logging's ``ERROR - name -``, placeholders and separators. They differ between releases of the
+#: printing library and between ranks; the message after them is the failure.
+_PREFIX = re.compile(r"^(?:\s*(?:\[[^\]]*\]|<n>|<path>|<ip>|<hex>|(?:DEBUG|INFO|WARNING|WARN|ERROR|"
+                     r"CRITICAL|FATAL)\b|[-:|>,]+))+\s*")
+#: The signature is cut here: evidence text is capped, and a line whose numbers are longer is cut
+#: earlier in its message; the start of the message names the failure.
+CAUSE_SIGNATURE_CHARS = 160
+
+
+def cause_signature(text: str) -> str:
+    """A failure line's message with what varies between runs, ranks and releases of the printing
+    library removed: :func:`signature`, then its logger prefix, cut to a fixed length."""
+    # a long decimal reads as a hex id to signature(): both are what varies, one placeholder
+    merged = signature(text).replace("<hex>", "<n>")
+    return _PREFIX.sub("", merged)[:CAUSE_SIGNATURE_CHARS].strip()
+
+
+def cause_fingerprint(key: str, signature_text: str) -> str:
+    """12 hex digits naming one root cause: ``key`` (a rule code, or ``cause:<name>`` when no rule
+    explains it) and the cause's normalized signature (a line's :func:`cause_signature`, or a
+    config key's path)."""
+    raw = f"{CAUSE_RECIPE}\0{key}\0{signature_text}".encode()
+    return digest(raw)[:12].decode("ascii")
+
+
+__all__ = ["CAUSE_RECIPE", "cause_fingerprint", "cause_signature", "fingerprint", "signature"]

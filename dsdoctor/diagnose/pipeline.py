@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dsdoctor.diagnose import problems, ranks, verdict
+from dsdoctor.diagnose import problems, ranks, retry, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.rankfacts import with_text
 from dsdoctor.logs.scan import ProgressFn, ScanResult, scan_files
-from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Report, Verdict
+from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Problem, Report, Verdict
 from dsdoctor.redact import redact_report
 from dsdoctor.redact.redactor import Redactor
 
@@ -67,8 +67,39 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
                           lifecycle=_lifecycle(scan), ranks=table)
     if trace is not None and not report.files:
         fate = _trace_verdict(trace, table, red.text)
-    return replace(report, verdict=fate, ranks=table,
-                   problems=problems.group(report.symptoms, report.findings, fate))
+    grouped = problems.group(report.symptoms, report.findings, fate)
+    grouped, fate = retry.assess(grouped, fate, scan.facts, [_lines(p, report) for p in grouped],
+                                 *_retry_rules())
+    return replace(report, verdict=fate, ranks=table, problems=grouped)
+
+
+def _lines(p: Problem, report: Report) -> list[str]:
+    """The text a problem's retry cases are matched against: its symptoms' lines and text values
+    (an exception's message), its findings' lines."""
+    out: list[str] = []
+    for s in report.symptoms:
+        if s.kind in p.symptoms:
+            out += [e.text for e in s.evidence]
+            out += [str(v) for vals in s.values.values() if isinstance(vals, list) for v in vals]
+    for f in report.findings:
+        if f.rule in p.rules:
+            out += [e.text for e in f.evidence]
+    return out
+
+
+def _retry_rules() -> tuple[dict[str, retry.RuleInfo], dict[str, str]]:
+    """Each rule's retry answer and category by code, and the rule code that explains each cause
+    (a cause's first rule, the exit's DS113)."""
+    from dsdoctor.diagnose import engine  # noqa: PLC0415 - loaded (and cached) by the analysis
+
+    rules = engine.load_rules()
+    by_name = {r.name: r.code for r in rules}
+    causes = {cause: by_name[names[0]] for cause, _kinds, names in problems.CAUSES
+              if names and names[0] in by_name}
+    exit_rule = next((by_name[n] for n in problems.EXIT_RULES if n in by_name), None)
+    if exit_rule is not None:
+        causes["exit"] = exit_rule
+    return {r.code: retry.RuleInfo(r.retriable, r.category) for r in rules}, causes
 
 
 def _trace_verdict(trace: TraceAnalysis, table: ranks.RankTable | None,

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dsdoctor.diagnose.fingerprint import cause_fingerprint, cause_signature
 from dsdoctor.diagnose.verdict import exception_phrase, exit_phrase
 from dsdoctor.logs.tracebacks import TRACEBACK_LINE
 from dsdoctor.model import Evidence, Finding, Problem, Symptom, Verdict, change_text
@@ -258,6 +259,39 @@ def _also(ranked: Sequence[Finding], fixer: Finding | None) -> tuple[str, ...]:
 
 def _same_text(text: str) -> str:
     return " ".join(text.split()).rstrip(".").casefold()
+#: Which exit line names a failure better: the exception beats the launcher's exit code.
+_DEFINING_EXIT = ("python-exception", "launcher-nonzero-exit")
+_CAUSE_NAMES = {cause: names for cause, _kinds, names in CAUSES}
+
+
+def _defining_line(g: _Group) -> Evidence | None:
+    """The line that names the cause: the strongest line of its defining symptom (the cause's
+    own kind first, else the exception, else the exit), a traceback header only when it is all
+    there is. Chosen from the symptoms, not from what the report shows, so that the same failure
+    gives the same line whichever problem was told first."""
+    own = [s for s in g.symptoms if s.kind not in EXIT_KINDS]
+    exits = sorted((s for s in g.symptoms if s.kind in EXIT_KINDS),
+                   key=lambda s: _DEFINING_EXIT.index(s.kind))
+    for s in own + exits:
+        named = [e for e in s.evidence if not TRACEBACK_LINE.search(e.text)]
+        if named:
+            return named[0]
+    return next((s.first for s in own + exits), None)
+
+
+def identity(g: _Group, lead: Finding | None) -> tuple[str, str]:
+    """(key, signature) of a cause's fingerprint: the rule code that explains it (a cause's first
+    listed rule when it fired, else the lead finding's; ``cause:<name>`` when none) and the
+    normalized defining line, or for a finding without log lines (a config lint) its config key."""
+    codes = {f.name: f.rule for f in g.findings}
+    primary = next((codes[n] for n in _CAUSE_NAMES.get(g.cause, ()) if n in codes), None)
+    key = primary or (lead.rule if lead is not None else f"cause:{_label(g)}")
+    line = _defining_line(g)
+    if line is not None:
+        return key, cause_signature(line.text)
+    if lead is not None:
+        return key, lead.config_path or ""
+    return key, ""
 
 
 def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
@@ -286,7 +320,9 @@ def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
     for f in findings:
         if f.rule not in rules:
             rules.append(f.rule)
+    key, signature = identity(g, lead)
     return Problem(
+        fingerprint=cause_fingerprint(key, signature), signature=signature,
         cause=_label(g),
         severity=severity, what=what, evidence=_pick_evidence(g, lead, shown), why=why,
         also=_also(findings, fixer),
@@ -362,8 +398,10 @@ def group(symptoms: Sequence[Symptom], findings: Sequence[Finding],
         # kept): tell it as the first problem, so that a failed run never shows none.
         what = verdict.sentence.split(": ", 1)[-1]
         ev = tuple(e for e in verdict.evidence if (e.file, e.line) not in shown)
+        signature = cause_signature(verdict.evidence[0].text) if verdict.evidence else ""
         out.insert(0, Problem(cause=verdict.fate, severity="error", what=what[:1].upper() + what[1:],
-                              evidence=ev[:EVIDENCE_PER_PROBLEM]))
+                              evidence=ev[:EVIDENCE_PER_PROBLEM], signature=signature,
+                              fingerprint=cause_fingerprint(f"cause:{verdict.fate}", signature)))
     return tuple(out)
 
 

@@ -220,10 +220,19 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     return markdown.render_markdown(report, verbose=verbose)
 
 
+def render_jsonl(report: Report, **extra: Any) -> str:
+    """The report as one line of JSON (``--format jsonl``, triage's records): ``extra`` keys
+    (``input``, ``job``) first, then the same keys as :func:`render_json`."""
+    data = {**extra, **_clean(report.to_dict())}
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
 def render(report: Report, fmt: str, color: bool = False, verbose: bool = False) -> str:
     """The report in ``fmt`` (text, json, markdown); JSON always holds every detail."""
     if fmt == "json":
         return render_json(report)
+    if fmt == "jsonl":
+        return render_jsonl(report)
     if fmt == "markdown":
         return render_markdown(report, verbose=verbose)
     return render_text(report, color=color, verbose=verbose)
