@@ -31,6 +31,7 @@ from dsdoctor.diagnose.checks import (
     preflight,
     qlora,
     qlora_fsdp,
+    release_traps,
     run_sources,
     script_loops,
     ssh,
@@ -104,6 +105,10 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     node_local_storage.zero_shards_on_other_nodes,  # DS235
     fp32_recovery.fp32_recovery_during_training,  # DS236
     fp32_recovery.fp32_load_without_checkpoint,  # DS237
+    release_traps.zero_no_sync_assertion,  # DS126
+    release_traps.weights_only_resume,  # DS127
+    release_traps.no_sync_preflight,  # DS238
+    release_traps.moe_zero3_leaf_modules,  # DS239
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303
