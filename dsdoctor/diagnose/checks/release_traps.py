@@ -218,6 +218,12 @@ def weights_only_resume(ctx: Context, rule: Any) -> Iterator[Finding]:
                "numpy's classes (safe_globals) and the load passes")
         fix = (f"upgrade transformers to {WEIGHTS_ONLY_TRANSFORMERS} or later; or {allow} (numpy's "
                "classes are data, allowlisting them is safe)")
+    elif owner == "deepspeed" and _older(deepspeed, WEIGHTS_ONLY_DEEPSPEED) is False:
+        why = (f"the file holds DeepSpeed classes, but deepspeed {deepspeed}'s own engine "
+               "(TorchCheckpointEngine) passes weights_only=False, so another load read it: a "
+               "checkpoint.writer engine, a zero_to_fp32.py copied into the checkpoint by an older "
+               "release, or the training framework's own torch.load of DeepSpeed's files")
+        fix = (f"find the load in the traceback; where you control it, {allow}; {unsafe}")
     elif owner == "deepspeed":
         why = ("DeepSpeed's checkpoint engine (TorchCheckpointEngine.load) reads the engine and "
                "optimizer states, which hold DeepSpeed classes (loss scaler, ZeRO stage enum); "
