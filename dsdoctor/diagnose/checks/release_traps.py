@@ -307,3 +307,71 @@ def moe_zero3_leaf_modules(ctx: Context, rule: Any) -> Iterator[Finding]:
         severity="error" if hung else "",
         evidence=ctx.symptom("hang").evidence[:1] if hung else ())  # type: ignore[union-attr]
 
+
+
+# ----------------------------------------------------------------- DS326 DeepCompile vs torch
+
+#: (first DeepSpeed release, torch minimum, torch maximum or None) of is_deepcompile_supported,
+#: newest first (deepspeed/compile/util.py at v0.16.6, v0.18.4, v0.19.0).
+DEEPCOMPILE_TORCH = (("0.19.0", "2.6", None), ("0.18.4", "2.6", "2.9"), ("0.16.6", "2.6", "2.7"))
+
+
+def _deepcompile_range(deepspeed: str) -> tuple[str, str | None] | None:
+    ds = parse_version(deepspeed)
+    for first, low, high in DEEPCOMPILE_TORCH:
+        if ds >= parse_version(first):
+            return low, high
+    return None
+
+
+def _padded(v: str) -> tuple[int, ...]:
+    t = parse_version(v)
+    return t + (0,) * (3 - len(t))
+
+
+_PRE_RELEASE = re.compile(r"\d(?:a|b|rc|\.dev)\d*", re.IGNORECASE)
+
+
+def _torch_in(torch_v: str, low: str, high: str | None) -> bool | None:
+    """DeepSpeed's own test (utils/torch.py required_torch_version) compares packaging versions
+    of torch.__version__ as written, where a local build tag or a post release sorts after the
+    release (2.7.0+cu126 > 2.7). A pre-release or nightly: None (not judged)."""
+    release = torch_v.split("+")[0]
+    if _PRE_RELEASE.search(release) or not parse_version(release):
+        return None
+    v = _padded(release)
+    if v < _padded(low):
+        return False
+    if high is None:
+        return True
+    after = "+" in torch_v or ".post" in release
+    return v < _padded(high) or (v == _padded(high) and not after)
+
+
+def deepcompile_torch_range(ctx: Context, rule: Any) -> Iterator[Finding]:
+    """compile.deepcompile on a torch release the run's DeepSpeed does not count as supported."""
+    if ctx.cfg_get("compile.deepcompile") is not True:
+        return
+    deepspeed = _version(ctx, "deepspeed") or (
+        ctx.ds_version if ctx.ds_version_source != "default" else None)
+    torch_v = _version(ctx, "torch")
+    if deepspeed is None or torch_v is None:
+        return
+    rng = _deepcompile_range(deepspeed)
+    if rng is None:
+        return
+    low, high = rng
+    inside = _torch_in(torch_v, low, high)
+    if inside is not False:
+        return
+    span = f"torch {low} to {high}" if high else f"torch {low} or later"
+    local = (f" ({torch_v} sorts after {high}: DeepSpeed compares the version string with its "
+             "build tag)" if high and "+" in torch_v and torch_v.split("+")[0].startswith(high) else "")
+    yield finding(
+        f"compile.deepcompile is true, but deepspeed {deepspeed} counts DeepCompile as supported "
+        f"only on {span} with CUDA (is_deepcompile_supported), and this run has torch "
+        f"{torch_v}{local}. Outside that range DeepSpeed does not register DeepCompile's passes, "
+        "yet engine.compile() still takes the DeepCompile path.",
+        fix=("use a torch release inside the range, or a DeepSpeed release whose range holds this "
+             "torch (0.19.0 and later accept torch >= 2.6), or set compile.deepcompile to false"),
+        path="compile.deepcompile")
