@@ -32,6 +32,7 @@ from dsdoctor.diagnose.checks import (
     preflight,
     qlora,
     qlora_fsdp,
+    release_traps,
     run_sources,
     script_loops,
     ssh,
@@ -110,6 +111,10 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     fp32_recovery.fp32_recovery_during_training,  # DS236
     parallelism.autotp_package_versions,  # DS242
     fp32_recovery.fp32_load_without_checkpoint,  # DS237
+    release_traps.zero_no_sync_assertion,  # DS126
+    release_traps.weights_only_resume,  # DS127
+    release_traps.no_sync_preflight,  # DS238
+    release_traps.moe_zero3_leaf_modules,  # DS239
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303
@@ -136,6 +141,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
     parallelism.bf16_master_weights_without_offload,  # DS330
+    release_traps.deepcompile_torch_range,  # DS326
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}
 
