@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from dsdoctor.facts import envnodes
 from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.logs import logdirs
 from dsdoctor.model import ENGINES
 
 
@@ -41,8 +43,14 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
     if logs is None:
         one = getattr(args, "log", None)  # watch: its LOG arguments (a list), or one log
         logs = list(one) if isinstance(one, (list, tuple)) else [one] if one else []
+    logs = logdirs.expand(logs)  # a folder per node: the log files in it
+    env_arg = getattr(args, "env", None)
+    envs = envnodes.expand_specs(env_arg if isinstance(env_arg, list) else
+                                 [env_arg] if env_arg else [])
     return AnalysisInputs.of(logs=logs, configs=getattr(args, "config", None) or [],
-                             model=getattr(args, "model", None), env=getattr(args, "env", None),
+                             model=getattr(args, "model", None),
+                             env=envs[0] if envs else None,
+                             envs=envs if len(envs) > 1 else (),
                              scripts=getattr(args, "script", None) or [],
                              ds_version=getattr(args, "ds_version", None),
                              engine=getattr(args, "engine", "auto") or "auto",

@@ -14,6 +14,7 @@ from dsdoctor.diagnose.checks import (
     bf16_numerics,
     cluster_launch,
     config_keys,
+    env_nodes,
     failures,
     fp32_recovery,
     fsdp_peft_wrap,
@@ -104,6 +105,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     node_local_storage.zero_shards_on_other_nodes,  # DS235
     fp32_recovery.fp32_recovery_during_training,  # DS236
     fp32_recovery.fp32_load_without_checkpoint,  # DS237
+    env_nodes.env_differs_across_nodes,  # DS246
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303
