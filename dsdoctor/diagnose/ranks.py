@@ -79,6 +79,7 @@ class RankState:
     exit_code: int | None = None
     lost_peer: bool = False  # a peer went away while it waited (another rank's exit)
     host: str | None = None  # its node (the launcher's global_rank_mapping), when several
+    launched: Where | None = None  # the launcher's line that spawned it into the log
 
     @property
     def signature(self) -> tuple[Any, ...]:
@@ -134,7 +135,8 @@ class RankState:
                 "frame": self.frame.to_dict() if self.frame else None,
                 "call_site": self.call_site.to_dict() if self.call_site else None,
                 "entered": self.entered, "exit_code": self.exit_code, "lost_peer": self.lost_peer,
-                "host": self.host, "summary": self.phrase()}
+                "host": self.host, "launched": _where_dict(self.launched),
+                "summary": self.phrase()}
 
 
 @dataclass(frozen=True)
@@ -298,7 +300,7 @@ def state_of(f: RankFacts) -> RankState:
         last_completed=num(f.watchdog.get("last_completed")), pg=num(f.watchdog.get("pg")),
         step=f.step, last_line=f.last, time=_time(decisive, f.last), exception=f.exception,
         frame=frames[-1] if frames else None, call_site=site, entered=entered,
-        exit_code=f.exit_code, lost_peer=lost, host=f.host)
+        exit_code=f.exit_code, lost_peer=lost, host=f.host, launched=f.launched)
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -442,9 +444,9 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
 
 def build(facts: Mapping[int, RankFacts]) -> RankTable | None:
     """The table of the ranks the log shows; None with fewer than two ranks."""
-    if len(facts) < 2:
+    states = _told([state_of(f) for _r, f in sorted(facts.items())])
+    if len(states) < 2:
         return None
-    states = [state_of(f) for _r, f in sorted(facts.items())]
     culprit, agreement = _culprit(states)
     blamed = set(culprit.ranks) if culprit else set()
     by_sig: dict[tuple[Any, ...], list[RankState]] = {}
@@ -457,6 +459,18 @@ def build(facts: Mapping[int, RankFacts]) -> RankTable | None:
     groups.sort(key=lambda g: (not g.culprit, STATES.index(_state(states, g.ranks[0])),
                                -len(g.ranks), g.ranks[0]))
     return RankTable(tuple(states), tuple(groups), culprit, agreement)
+
+
+def _told(states: list[RankState]) -> list[RankState]:
+    """The rows worth a line. A rank the launcher spawned that printed nothing of its own says
+    something only beside a rank that failed or waits, in the same log (its output went there)
+    or on a multi-node job's other node; in a healthy run, or a log of another run of the job
+    (a resume's), its silence is no news."""
+    trouble = {s.last_line.file for s in states
+               if s.state in ("failed", "timed-out", "waiting") and s.last_line is not None}
+    return [s for s in states if s.state != "silent" or (
+        trouble and (s.host is not None or (s.launched is not None
+                                            and s.launched.file in trouble)))]
 
 
 def _state(states: list[RankState], rank: int) -> str:
