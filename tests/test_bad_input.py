@@ -32,7 +32,9 @@ def test_missing_file(tmp_path):
 
 
 def test_directory(tmp_path):
-    assert_one_line_error(run_cli("analyze", str(tmp_path)), "is a directory")
+    # a folder is a node's logs (logs/logdirs.py): one without a log file is one clear line
+    (tmp_path / "ds_config.json").write_text("{}")
+    assert_one_line_error(run_cli("analyze", str(tmp_path)), "no log file in it or its sub-folders")
 
 
 def test_pickle_is_refused_and_never_loaded(tmp_path):

@@ -27,9 +27,11 @@ import sample_check  # noqa: E402
 # The collapse and the hang (+ its twin) run by default: they are short and cover the loss scaler,
 # the launcher, tracebacks and gloo timeouts; so do the runs that end without a failure of their
 # own (issue 19: a desync hang, SIGTERM, Ctrl-C, kill -9), whose launcher lines drift between
-# releases. DSDOCTOR_LIVE_SCENARIOS=all (or a comma list) runs more.
+# releases; so do the runs whose culprit rank the per-rank table must name (one rank fails first,
+# one stalls in its data loader). DSDOCTOR_LIVE_SCENARIOS=all (or a comma list) runs more.
 DEFAULT_LIVE = ["fp16_loss_scale_collapse", "zero3_generate_hang", "zero3_generate_synced",
-                "hang_desync_allreduce", "stopped_sigterm", "stopped_ctrl_c", "killed_sigkill"]
+                "hang_desync_allreduce", "stopped_sigterm", "stopped_ctrl_c", "killed_sigkill",
+                "rank_failed_first", "dataloader_stall"]
 ALL_LIVE = sorted(p.stem for p in (REPO / "scripts" / "scenarios").glob("*.py")
                   if not p.name.startswith("_"))
 _wanted = os.environ.get("DSDOCTOR_LIVE_SCENARIOS", "")

@@ -157,3 +157,35 @@ def test_samples_name_the_rank_that_desynchronized_and_say_the_other_only_waited
     assert rep.verdict is not None and rep.ranks is not None and rep.ranks.culprit is not None
     assert rep.ranks.culprit.ranks == (1,)  # rank 0's "Connection closed by peer" only followed
     assert "rank 0 only waited" in rep.verdict.sentence
+
+
+def test_samples_name_the_rank_that_failed_first_and_the_rank_that_stalled_outside() -> None:
+    folder = REPO / "sample_logs"
+    # rank 1 raised in the user's check; rank 0 lost it in the next step's all-reduce
+    rep = run_analysis([str(folder / "rank_failed_first" / "train.log")], engine="python")
+    assert rep.ranks is not None and rep.ranks.culprit is not None and rep.verdict is not None
+    culprit = rep.ranks.culprit
+    assert culprit.ranks == (1,) and culprit.kind == "failed-first" and culprit.waited == (0,)
+    assert culprit.frame is not None and culprit.frame.function == "check_batch"
+    assert rep.verdict.sentence.startswith("failed: rank 1 died first on ValueError: batch 6")
+    assert "rank 0 only waited for it" in rep.verdict.sentence
+    # rank 1 slept in its DataLoader and printed nothing; rank 0 timed out in the token all-reduce
+    rep = run_analysis([str(folder / "dataloader_stall" / "train.log")], engine="python")
+    assert rep.ranks is not None and rep.ranks.culprit is not None and rep.verdict is not None
+    by_rank = {r.rank: r for r in rep.ranks.ranks}
+    assert by_rank[1].state == "silent" and by_rank[1].exit_code is None
+    assert by_rank[0].state == "timed-out" and by_rank[0].call_site is not None
+    assert by_rank[0].call_site.short == "dataloader_stall.py:72 in worker"
+    assert rep.ranks.culprit.ranks == (1,) and rep.ranks.culprit.kind == "outside"
+    assert rep.verdict.sentence.startswith("hung: rank 1 never entered all_reduce")
+    ds107 = next(f for f in rep.findings if f.rule == "DS107")
+    assert "reading data" in ds107.fix and "raise the timeout (" not in ds107.fix
+
+
+def test_a_rank_killed_without_a_word_is_the_one_the_other_lost() -> None:
+    """killed_sigkill: SIGKILL leaves rank 1 no line of its own; rank 0 lost its peer."""
+    rep = run_analysis([str(REPO / "sample_logs" / "killed_sigkill" / "train.log")],
+                       engine="python")
+    assert rep.ranks is not None and rep.ranks.culprit is not None
+    assert rep.ranks.culprit.ranks == (1,) and rep.ranks.culprit.kind == "vanished"
+    assert rep.ranks.culprit.waited == (0,)

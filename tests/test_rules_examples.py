@@ -55,6 +55,10 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
     if "env" in example:
         env = str(tmp / "env.json")
         Path(env).write_text(json.dumps(example["env"]), encoding="utf-8")
+    envs = []
+    for i, snap in enumerate(example.get("envs") or []):  # one snapshot per node
+        envs.append(str(tmp / f"env-node{i}.json"))
+        Path(envs[-1]).write_text(json.dumps(snap), encoding="utf-8")
     scripts = []
     if "script" in example:
         (tmp / "train.py").write_text(example["script"], encoding="utf-8")
@@ -67,7 +71,8 @@ def run_example(example: dict[str, Any], tmp: Path) -> list[Finding]:
         (tmp / "train.log").write_text(example["log"], encoding="utf-8")
         logs.append(str(tmp / "train.log"))
     scan = scan_files(logs) if logs else ScanResult()
-    inputs = AnalysisInputs.of(logs=logs, configs=configs, model=model, env=env, scripts=scripts,
+    inputs = AnalysisInputs.of(logs=logs, configs=configs, model=model, env=env, envs=envs,
+                               scripts=scripts,
                                ds_version=example.get("ds_version"),
                                trainer_args=example.get("args"),
                                world_size=example.get("world_size"))

@@ -17,6 +17,7 @@ from dsdoctor.safeio import input_paths, same_file, write_report
 EPILOG = """examples:
   dsdoctor analyze train.log
   dsdoctor analyze logs/rank*.log.gz --config ds_config.json --env snapshot.json
+  dsdoctor analyze node*/ --env env-node0.json --env env-node1.json   (a multi-node job)
   dsdoctor analyze --config ds_config.json          (pre-flight check, no log)
   dsdoctor analyze train.log --trace fr_dumps/       (+ PyTorch Flight Recorder dumps)
   kubectl logs trainer-0 | dsdoctor analyze - --format markdown
@@ -42,9 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with evidence and fixes. With --config and no log: a pre-flight check.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        conflict_handler="resolve",  # --env is redefined below: several nodes' snapshots
     )
-    p.add_argument("logs", nargs="*", metavar="LOG", help="log files (.gz ok), '-' for stdin")
+    p.add_argument("logs", nargs="*", metavar="LOG",
+                   help="log files (.gz ok), folders of logs (one per node: node*/), '-' for stdin")
     add_input_options(p)
+    p.add_argument("--env", action="append", default=[], metavar="FILE|DIR|GLOB|local",
+                   help="environment snapshot from 'dsdoctor env --format json' on the training "
+                   "node, or 'local' for this machine; for a multi-node job one per node "
+                   "(repeatable, a folder of snapshots, or a quoted glob): the nodes are compared")
     add_jobs_option(p)
     p.add_argument("--trace", action="append", default=[], metavar="DIR|FILE",
                    help="PyTorch Flight Recorder dumps (one file per rank, JSON or pickle; "

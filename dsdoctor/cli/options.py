@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
+from dsdoctor.facts import envnodes
 from dsdoctor.facts.inputs import AnalysisInputs
+from dsdoctor.logs import logdirs
 from dsdoctor.logs.frdump import looks_like_dump
 from dsdoctor.model import ENGINES
 
@@ -43,14 +45,20 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
     if logs is None:
         one = getattr(args, "log", None)  # watch: its LOG arguments (a list), or one log
         logs = list(one) if isinstance(one, (list, tuple)) else [one] if one else []
+    logs = logdirs.expand(logs)  # a folder per node: the log files in it
     traces = list(getattr(args, "trace", None) or [])
     if traces or getattr(args, "trace", None) is not None:
         # analyze: a Flight Recorder dump given as a LOG is read as one (never as text)
         dumps = [p for p in logs if p != "-" and os.path.isfile(p) and looks_like_dump(p)]
         logs = [p for p in logs if p not in dumps]
         traces += dumps
+    env_arg = getattr(args, "env", None)
+    envs = envnodes.expand_specs(env_arg if isinstance(env_arg, list) else
+                                 [env_arg] if env_arg else [])
     return AnalysisInputs.of(logs=logs, traces=traces, configs=getattr(args, "config", None) or [],
-                             model=getattr(args, "model", None), env=getattr(args, "env", None),
+                             model=getattr(args, "model", None),
+                             env=envs[0] if envs else None,
+                             envs=envs if len(envs) > 1 else (),
                              scripts=getattr(args, "script", None) or [],
                              ds_version=getattr(args, "ds_version", None),
                              engine=getattr(args, "engine", "auto") or "auto",

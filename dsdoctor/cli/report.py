@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import glob
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.errors import UsageError
+from dsdoctor.facts import envnodes
 from dsdoctor.safeio import input_paths, one_line, write_report
 
 
@@ -58,18 +58,8 @@ def _with_watch_findings(report: Any, path: str) -> Any:
 
 
 def expand_envs(specs: list[str]) -> list[str]:
-    """``--env`` values: files, ``local``, or globs (``'env-*.json'``, quoted from the shell)."""
-    out: list[str] = []
-    for spec in specs:
-        if spec != "local" and not Path(spec).exists() and glob.has_magic(spec):
-            matches = sorted(glob.glob(spec))
-            if not matches:
-                raise UsageError(f"--env {spec}: no file matches; collect the snapshots with "
-                                 "'dsdoctor env --format json -o env-$(hostname).json' on each node")
-            out.extend(matches)
-        else:
-            out.append(spec)
-    return list(dict.fromkeys(out))
+    """``--env`` values: files, ``local``, folders or globs (facts/envnodes.py)."""
+    return envnodes.expand_specs(specs)
 
 
 #: Symptoms that are not error lines (a few overflows are normal; a NaN loss prints no error).

@@ -46,7 +46,7 @@ _SEVERITY_ORDER = {s: i for i, s in enumerate(SEVERITIES)}
 _SOURCES = ("config", "accelerate", "env", "args", "model")
 _TESTS = ("equals", "in", "exists", "truthy", "gt", "ge", "lt", "le")
 #: ``launch`` is a shell launch script (run.sh, given with --script); ``script`` a Python one.
-_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "script", "launch", "args",
+_EXAMPLE_KEYS = {"log", "config", "accelerate", "model", "env", "envs", "script", "launch", "args",
                  "ds_version", "expect", "note", "world_size"}
 _MISSING = object()
 

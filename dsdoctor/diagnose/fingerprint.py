@@ -67,7 +67,8 @@ def cause_fingerprint(key: str, signature_text: str) -> str:
     """12 hex digits naming one root cause: ``key`` (a rule code, or ``cause:<name>`` when no rule
     explains it) and the cause's normalized signature (a line's :func:`cause_signature`, or a
     config key's path)."""
-    raw = f"{CAUSE_RECIPE}\0{key}\0{signature_text}".encode()
+    # surrogatepass: a config key may hold a lone surrogate (JSON allows "\udc00")
+    raw = f"{CAUSE_RECIPE}\0{key}\0{signature_text}".encode("utf-8", "surrogatepass")
     return digest(raw)[:12].decode("ascii")
 
 

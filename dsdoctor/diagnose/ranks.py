@@ -57,7 +57,8 @@ _TIME = re.compile(r"\d{4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?|"
                    r"\b[EWIF]\d{4} \d{2}:\d{2}:\d{2}(?:\.\d+)?")
 
 #: States, most telling first (the order of the table's groups after the culprit's).
-STATES = ("failed", "timed-out", "waiting", "exited", "running")
+#: "silent": the launcher spawned it into this log and it printed nothing of its own after that.
+STATES = ("failed", "timed-out", "waiting", "exited", "silent", "running")
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class RankState:
     exit_code: int | None = None
     lost_peer: bool = False  # a peer went away while it waited (another rank's exit)
     trace: str | None = None  # what its Flight Recorder dump says (diagnose/frmatch.py)
+    host: str | None = None  # its node (the launcher's global_rank_mapping), when several
+    launched: Where | None = None  # the launcher's line that spawned it into the log
 
     @property
     def signature(self) -> tuple[Any, ...]:
@@ -125,6 +128,8 @@ class RankState:
             return f"{where}{inside}{site}{tail}"
         if self.state == "exited":
             return f"exited with code {self.exit_code}"
+        if self.state == "silent":
+            return "printed nothing after its launch: no timeout, exception or lost peer"
         if self.frame is not None:  # a traceback that is no failure (an interrupt, a warning)
             return f"last frame in {self.entered}{site}" if self.entered else (
                 f"last frame{site}")
@@ -142,6 +147,7 @@ class RankState:
                 "frame": self.frame.to_dict() if self.frame else None,
                 "call_site": self.call_site.to_dict() if self.call_site else None,
                 "entered": self.entered, "exit_code": self.exit_code, "lost_peer": self.lost_peer,
+                "host": self.host, "launched": _where_dict(self.launched),
                 "summary": self.phrase()} | ({"trace": self.trace} if self.trace else {})
 
 
@@ -152,14 +158,17 @@ class RankGroup:
     ranks: tuple[int, ...]
     summary: str  # the state's phrase (RankState.phrase of its first rank)
     culprit: bool = False
+    hosts: tuple[str, ...] = ()  # the nodes its ranks ran on, when the log names several
 
     @property
     def label(self) -> str:
-        return f"{'rank' if len(self.ranks) == 1 else 'ranks'} {rank_ranges(self.ranks)}"
+        where = (f" [{self.hosts[0]}]" if len(self.hosts) == 1 else
+                 f" [{len(self.hosts)} hosts]" if self.hosts else "")
+        return f"{'rank' if len(self.ranks) == 1 else 'ranks'} {rank_ranges(self.ranks)}{where}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"ranks": list(self.ranks), "label": self.label, "summary": self.summary,
-                "culprit": self.culprit}
+                "culprit": self.culprit, "hosts": list(self.hosts)}
 
 
 @dataclass(frozen=True)
@@ -167,7 +176,8 @@ class Culprit:
     """The rank(s) that made the others wait, and why the log says so."""
 
     ranks: tuple[int, ...]
-    kind: str  # failed-first | behind | outside | desync | trace-missing | trace-mismatch
+    # failed-first | behind | outside | vanished | desync | trace-missing | trace-mismatch
+    kind: str
     sentence: str  # "rank 0 ... ; rank 1 only waited"
     waited: tuple[int, ...] = ()  # the ranks that only waited for it
     frame: Frame | None = None  # the culprit's call site (or last frame)
@@ -291,6 +301,8 @@ def state_of(f: RankFacts) -> RankState:
         state = "waiting"
     elif f.exit_code is not None:
         state = "exited"
+    elif f.last is None and f.launched is not None:
+        state = "silent"
     else:
         state = "running"
     decisive = f.timed_out or f.lost_peer or f.exception_at or f.exit_at
@@ -301,7 +313,7 @@ def state_of(f: RankFacts) -> RankState:
         last_completed=num(f.watchdog.get("last_completed")), pg=num(f.watchdog.get("pg")),
         step=f.step, last_line=f.last, time=_time(decisive, f.last), exception=f.exception,
         frame=frames[-1] if frames else None, call_site=site, entered=entered,
-        exit_code=f.exit_code, lost_peer=lost)
+        exit_code=f.exit_code, lost_peer=lost, host=f.host, launched=f.launched)
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -312,9 +324,12 @@ def _mentions_timeout(text: str) -> bool:
     return bool(re.search(r"[Tt]imed out|[Tt]imeout|Watchdog caught", text))
 
 
-def _names(ranks: Iterable[int]) -> str:
+def _names(ranks: Iterable[int], states: Iterable[RankState] = ()) -> str:
+    """``rank 1``, ``ranks 0-6, 8-63``; ``rank 1 (on node-b)`` when the log names its host."""
     rs = sorted(ranks)
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rank_ranges(rs)}"
+    text = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {rank_ranges(rs)}"
+    hosts = sorted({s.host for s in states if s.rank in rs and s.host})
+    return f"{text} (on {hosts[0]})" if len(hosts) == 1 else text
 
 
 def _verb(ranks: Iterable[int], one: str, many: str) -> str:
@@ -338,8 +353,8 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
         others = tuple(s.rank for s in stuck)
         where = f" at {first.call_site.short}" if first.call_site else (
             f" at {first.frame.short}" if first.frame else "")
-        sentence = (f"{_names([first.rank])} failed first ({_cut(first.exception or '', 90)}"
-                    f"{where}); {_names(others)} only waited for it: "
+        sentence = (f"{_names([first.rank], states)} failed first ({_cut(first.exception or '', 90)}"
+                    f"{where}); {_names(others, states)} only waited for it: "
                     f"{_verb(others, 'its', 'their')} timeout or lost peer is the consequence")
         return Culprit((first.rank,), "failed-first", sentence, others,
                        first.call_site or first.frame, first.last_line), "culprit"
@@ -358,18 +373,23 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
             waited = tuple(s.rank for s in group if s.rank not in names)
             first = behind[0]
             last = f" ({first.phrase()})" if first.frame is not None else ""
-            sentence = (f"{_names(names)} never entered collective {low + 1} "
+            sentence = (f"{_names(names, states)} never entered collective {low + 1} "
                         f"(last enqueued {low}, the others {top}): "
-                        f"{_verb(names, 'it', 'they')} fell behind{last}, and {_names(waited)} "
+                        f"{_verb(names, 'it', 'they')} fell behind{last}, and {_names(waited, states)} "
                         f"only waited for {_verb(names, 'it', 'them')}")
             return Culprit(names, "behind", sentence, waited, first.call_site or first.frame,
                            first.last_line), "culprit"
     # 3. A rank in no collective (its frames say where) while the others wait in one; or, among
-    # many ranks, the few that printed no timeout while all the others timed out in one.
+    # many ranks, the few that printed no timeout while all the others timed out in one; or a
+    # rank the launcher spawned into this very log that printed nothing at all (no timeout, no
+    # lost peer, no traceback) while the others waited: a rank waiting in the collective would
+    # have said so (gloo raises on a lost peer at once), so it was elsewhere: reading data, in
+    # its own code, or gone without a word (SIGKILL).
     coll_keys = {(s.collective, s.seq) for s in stuck}
     outside = [s for s in states if s.state in ("running", "exited") and s.frame is not None]
-    silent = [s for s in states if s.state == "running" and s.frame is None]
-    if not outside and silent and len(coll_keys) == 1 and len(stuck) >= 2 and (
+    silent = [s for s in states if s.state in ("running", "silent") and s.frame is None]
+    launched = all(s.state == "silent" for s in silent)
+    if not outside and silent and len(coll_keys) == 1 and (len(stuck) >= 2 or launched) and (
             len(silent) <= max(1, int(SILENT_SHARE * len(states)))
             and len(stuck) + len(silent) == len(states)):
         outside = silent
@@ -378,9 +398,23 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
         waited = tuple(s.rank for s in stuck)
         first = outside[0]
         coll = next(iter(coll_keys))[0] or "a collective"
-        where = (f" ({first.phrase()})" if first.frame is not None
-                 else ": it printed no timeout")
-        sentence = (f"{_names(names)} never entered {coll}{where}; {_names(waited)} only "
+        who, whom = _names(names, states), _names(waited, states)
+        if first.frame is None and all(s.lost_peer and s.state == "waiting" for s in stuck):
+            # nobody timed out: the waiting ranks lost their peer, which went without a word
+            sentence = (f"{who} went away without a traceback or timeout (killed: SIGKILL, the "
+                        f"OOM killer, the node lost) while {whom} waited in {coll}; {whom} only "
+                        f"lost {_verb(names, 'it', 'them')}")
+            return Culprit(names, "vanished", sentence, waited, None,
+                           first.last_line), "culprit"
+        if first.frame is not None:
+            where = f" ({first.phrase()})"
+        elif first.state == "silent":
+            where = (": it printed no timeout, exception or lost peer, so it was not waiting "
+                     "in it (its stack, which the log does not have, says where: reading data, "
+                     "its own code)")
+        else:
+            where = ": it printed no timeout"
+        sentence = (f"{who} never entered {coll}{where}; {whom} only "
                     f"waited for {_verb(names, 'it', 'them')}")
         return Culprit(names, "outside", sentence, waited, first.call_site or first.frame,
                        first.last_line), "culprit"
@@ -413,9 +447,9 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
     waited = tuple(s.rank for s in stuck if s.rank not in names)
     first = odd[0]
     other = next(s for g in groups.values() for s in g if s.rank not in names)
-    sentence = (f"{_names(names)} waited alone in the {first.collective or 'collective'}"
+    sentence = (f"{_names(names, states)} waited alone in the {first.collective or 'collective'}"
                 f"{' at ' + first.call_site.short if first.call_site else ''}, which "
-                f"{_names(waited)} never entered (a desync); {_names(waited)} only waited "
+                f"{_names(waited, states)} never entered (a desync); {_names(waited, states)} only waited "
                 f"({other.phrase().replace('; lost its peer', '').replace('waiting ', '')})")
     return Culprit(names, "desync", sentence, waited, first.call_site or first.frame,
                    first.last_line), "culprit"
@@ -423,9 +457,9 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
 
 def build(facts: Mapping[int, RankFacts]) -> RankTable | None:
     """The table of the ranks the log shows; None with fewer than two ranks."""
-    if len(facts) < 2:
+    states = _told([state_of(f) for _r, f in sorted(facts.items())])
+    if len(states) < 2:
         return None
-    states = [state_of(f) for _r, f in sorted(facts.items())]
     culprit, agreement = _culprit(states)
     return _table(states, culprit, agreement)
 
@@ -437,7 +471,8 @@ def _table(states: list[RankState], culprit: Culprit | None, agreement: str) -> 
     for s in states:
         by_sig.setdefault((s.rank in blamed, *s.signature), []).append(s)
     groups = [RankGroup(tuple(s.rank for s in members), members[0].phrase(),
-                        culprit=members[0].rank in blamed)
+                        culprit=members[0].rank in blamed,
+                        hosts=tuple(sorted({s.host for s in members if s.host})))
               for members in by_sig.values()]
     groups.sort(key=lambda g: (not g.culprit, STATES.index(_state(states, g.ranks[0])),
                                -len(g.ranks), g.ranks[0]))
@@ -505,6 +540,18 @@ def _trace_phrase(rank: int, trace: TraceAnalysis) -> str:
     if last is None:
         return "no collective recorded"
     return f"last collective {last.seq} of pg {last.pg_name}: {last.describe()}"
+
+
+def _told(states: list[RankState]) -> list[RankState]:
+    """The rows worth a line. A rank the launcher spawned that printed nothing of its own says
+    something only beside a rank that failed or waits, in the same log (its output went there)
+    or on a multi-node job's other node; in a healthy run, or a log of another run of the job
+    (a resume's), its silence is no news."""
+    trouble = {s.last_line.file for s in states
+               if s.state in ("failed", "timed-out", "waiting") and s.last_line is not None}
+    return [s for s in states if s.state != "silent" or (
+        trouble and (s.host is not None or (s.launched is not None
+                                            and s.launched.file in trouble)))]
 
 
 def _state(states: list[RankState], rank: int) -> str:

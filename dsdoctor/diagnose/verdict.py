@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dsdoctor.diagnose.fingerprint import fingerprint
+from dsdoctor.diagnose.ranks import rank_ranges
 from dsdoctor.logs.tracebacks import is_interrupt, traceback_only
 from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
 
@@ -193,6 +194,10 @@ def exception_phrase(s: Symptom) -> str:
     msg = messages[0] if messages else ""
     text = f"{exc}: {msg}" if msg else exc
     return text if len(text) <= 90 else text[:87] + "..."
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(ranks)}"
 
 
 def _ranks(s: Symptom) -> str:
@@ -417,7 +422,15 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
                      f"cut before the line that names it (traceback at line "
                      f"{failing_exc.last.line})")
         elif failing_exc is not None:
-            cause = f"{_ranks(failing_exc) or 'a rank '}died on {exception_phrase(failing_exc)}"
+            first = ranks.culprit if ranks is not None else None
+            if first is not None and first.kind == "failed-first" and first.waited:
+                # several ranks raised, but only one failed on its own: the others' exceptions
+                # are the lost peer or timeout that followed (diagnose/ranks.py)
+                cause = f"{_rank_list(first.ranks)} died first on {exception_phrase(failing_exc)}"
+                ending = (f"{ending}; {_rank_list(first.waited)} only waited for it (a lost peer "
+                          "or timeout is the consequence)").lstrip()
+            else:
+                cause = f"{_ranks(failing_exc) or 'a rank '}died on {exception_phrase(failing_exc)}"
         else:
             exit_code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
             cause = (f"a rank was killed by {SIGNALS.get(exit_signal, f'signal {exit_signal}')}"

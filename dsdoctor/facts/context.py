@@ -62,6 +62,8 @@ class Context:
     model: Any = None  # part B's ModelInfo
     env: dict[str, Any] | None = None  # env snapshot (see dsdoctor env --format json)
     env_source: str | None = None
+    # every node's snapshot (path, snapshot) when several are given; DS246 compares them
+    envs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     scripts: list[Any] = field(default_factory=list)  # ScriptFacts, one per Python --script
     launch_scripts: list[Any] = field(default_factory=list)  # launch.Launch per shell command
     script_sources: dict[str, str] = field(default_factory=dict)  # path -> text (read, not run)
@@ -267,6 +269,8 @@ def build_context(inputs: AnalysisInputs, scan_result: Any = None) -> Context:
         ctx.env = load_snapshot(env_spec) if env_spec == "local" else cached(
             "env", env_spec, load_snapshot)
         ctx.env_source = "this machine" if env_spec == "local" else env_spec
+        ctx.envs = [(p, load_snapshot(p) if p == "local" else cached("env", p, load_snapshot))
+                    for p in inputs.envs]
         if ctx.world_size is None:
             gpus = ctx.env_get("gpus")
             # A snapshot describes one node; its GPU count is the world size only for one node.

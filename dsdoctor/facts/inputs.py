@@ -33,6 +33,7 @@ class AnalysisInputs:
     configs: tuple[str, ...] = ()  # DeepSpeed JSON / Accelerate YAML, in the order given
     model: str | None = None  # the model's config.json or its directory
     env: str | None = None  # an env snapshot (dsdoctor env --format json) or "local"
+    envs: tuple[str, ...] = ()  # every node's snapshot when several are given (env is the first)
     scripts: tuple[str, ...] = ()  # training scripts (.py) and shell launch scripts (.sh)
     ds_version: str | None = None  # the DeepSpeed release to lint against
     engine: str = "auto"  # the prefilter engine
@@ -46,11 +47,14 @@ class AnalysisInputs:
            env: str | None = None, scripts: Sequence[str] = (), ds_version: str | None = None,
            engine: str = "auto", trainer_args: Any = None,
            world_size: int | None = None, jobs: int | None = None,
-           traces: Sequence[str] = ()) -> AnalysisInputs:
+           traces: Sequence[str] = (), envs: Sequence[str] = ()) -> AnalysisInputs:
         """Build inputs from lists (tuples are stored, so the value stays immutable)."""
         if isinstance(trainer_args, list):
             trainer_args = tuple(str(a) for a in trainer_args)
-        return cls(logs=tuple(logs), configs=tuple(configs), model=model, env=env,
+        envs = tuple(envs)
+        if env is None and envs:
+            env = envs[0]
+        return cls(logs=tuple(logs), configs=tuple(configs), model=model, env=env, envs=envs,
                    scripts=tuple(scripts), ds_version=ds_version, engine=engine,
                    trainer_args=trainer_args, world_size=world_size, jobs=jobs,
                    traces=tuple(traces))

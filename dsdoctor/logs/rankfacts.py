@@ -28,9 +28,18 @@ TEXT_CHARS = 300
 
 _PY_FRAME = re.compile(r'File "(?P<file>[^"\n]+)", line (?P<line>\d+), in (?P<func>\S+)')
 _RICH_FRAME = re.compile(r'│ (?P<file>[\w./~-]+\.py):(?P<line>\d+) in (?P<func>[\w<>.]+)')
-#: ``--local_rank=1`` in the DeepSpeed launcher's exit line (its regex has no rank field): on
-#: one node the local rank is the rank.
+#: ``'--local_rank=1'`` in the argv of DeepSpeed's ``process N spawned with command: [...]``.
+#: Not read from its ``[...] exits with return code = N`` line: launch.py prints there the
+#: ``cmd`` its spawn loop built last (the highest local rank), whichever rank failed
+#: (deepspeed/launcher/launch.py:259 at v0.19.8, ``cmd`` rebuilt for each rank in the loop at
+#: 210-240).
 _LOCAL_RANK_ARG = re.compile(r"--local_rank[= ](\d+)")
+#: ``'host': [0, 1]`` in the launcher's ``global_rank_mapping=defaultdict(<class 'list'>, {...})``.
+_HOST_RANKS = re.compile(r"'(?P<host>[^']+)':\s*\[(?P<ranks>[\d,\s]*)\]")
+#: Rank-less launcher lines the collector reads: a rank's launch (its local rank in the argv),
+#: the node's place (node_rank, num_local_procs) and every host's global ranks.
+RANKLESS_EMITS = frozenset({"launcher-nonzero-exit", "fact:launch-argv", "fact:launcher-nodes",
+                            "fact:rank-mapping"})
 #: A peer that went away while this rank waited: the consequence of another rank's exit.
 LOST_PEER = re.compile(r"closed by peer|Connection reset by peer|remote worker crash|"
                        r"NCCL communicator was aborted|Observed flight recorder dump signal from "
@@ -83,6 +92,8 @@ class RankFacts:
     watchdog: dict[str, Any] = field(default_factory=dict)  # op, seq, last_enqueued, ... as read
     exit_code: int | None = None
     exit_at: Where | None = None
+    launched: Where | None = None  # the launcher's line that spawned it (its output is this log)
+    host: str | None = None  # its node's name in the launcher's global_rank_mapping
 
 
 @dataclass
@@ -99,6 +110,7 @@ class _State:
     watchdog: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
     exit_at: tuple[str, int, str] | None = None
+    launched: tuple[str, int, str] | None = None
 
 
 def _where(t: tuple[str, int, str] | None) -> Where | None:
@@ -111,16 +123,37 @@ class RankCollector:
 
     def __init__(self) -> None:
         self._ranks: dict[int, _State] = {}
+        # per file, the node the launcher that printed it ran on: node_rank, and the global
+        # ranks of every host (global_rank_mapping, the same on every node), in node order
+        self._node_rank: dict[str, int] = {}
+        self._hosts: dict[str, dict[str, tuple[int, ...]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._ranks)
 
     def add(self, emits: str, pattern_id: str, file: str, line: int, text: str, rank: int | None,
             values: dict[str, Any]) -> None:
-        if rank is None and emits == "launcher-nonzero-exit":
-            m = _LOCAL_RANK_ARG.search(text)
-            rank = int(values["local_rank"]) if isinstance(values.get("local_rank"), int) else (
-                int(m.group(1)) if m else None)
+        if emits == "fact:launcher-nodes":
+            if isinstance(values.get("node_rank"), int):
+                self._node_rank[file] = values["node_rank"]
+            return
+        if emits == "fact:rank-mapping":
+            hosts = {m["host"]: tuple(int(r) for r in m["ranks"].replace(",", " ").split())
+                     for m in _HOST_RANKS.finditer(str(values.get("mapping", "")))}
+            if hosts:
+                self._hosts[file] = hosts
+            return
+        if emits == "fact:launch-argv":
+            if "exit_code" in values:  # the sigkill_handler's line: see _LOCAL_RANK_ARG
+                return
+            m = _LOCAL_RANK_ARG.search(str(values.get("argv", "")))
+            if m is None or rank is not None:
+                return
+            rank = self._global_rank(file, int(m.group(1)))
+            emits = "launched"
+        elif rank is None and emits == "launcher-nonzero-exit":
+            # torch elastic names the failed local rank; DeepSpeed's line names no rank
+            rank = int(values["local_rank"]) if isinstance(values.get("local_rank"), int) else None
         if rank is None or rank < 0:
             return
         st = self._ranks.get(rank)
@@ -129,6 +162,9 @@ class RankCollector:
                 return
             st = self._ranks[rank] = _State()
         here = (file, line, text)
+        if emits == "launched":
+            st.launched = st.launched or here
+            return  # the launcher's line, not one of the rank's own
         st.last = here
         if emits == "timeline":
             step = values.get("step")
@@ -165,6 +201,16 @@ class RankCollector:
             if isinstance(code, int):
                 st.exit_code, st.exit_at = code, here
 
+    def _global_rank(self, file: str, local: int) -> int:
+        """The global rank of local rank ``local`` on the node whose launcher printed ``file``:
+        launch.py gives local process i the i-th rank of its host in global_rank_mapping."""
+        hosts, node = self._hosts.get(file), self._node_rank.get(file)
+        if hosts and node is not None and node < len(hosts):
+            ranks = list(hosts.values())[node]
+            if local < len(ranks):
+                return ranks[local]
+        return local  # one node (or nothing says which): the local rank is the rank
+
     def merge(self, later: RankCollector, shift: int) -> None:
         """Fold the collector of a later range of the same file (its lines shifted by ``shift``):
         what it saw last wins; a traceback it saw without its start continues this one's."""
@@ -191,10 +237,26 @@ class RankCollector:
             a.watchdog.update(b.watchdog)
             if b.exit_at is not None:
                 a.exit_code, a.exit_at = b.exit_code, moved(b.exit_at)
+            a.launched = a.launched or moved(b.launched)
+        for name, node in later._node_rank.items():
+            self._node_rank.setdefault(name, node)
+        for name, hosts in later._hosts.items():
+            self._hosts.setdefault(name, hosts)
+
+    def hosts(self) -> dict[int, str]:
+        """Each rank's host as the launchers' global_rank_mapping lines name it (none when every
+        rank is on one host: a name then tells nothing)."""
+        out: dict[int, str] = {}
+        for hosts in self._hosts.values():
+            for host, ranks in hosts.items():
+                for r in ranks:
+                    out.setdefault(r, host)
+        return out if len(set(out.values())) > 1 else {}
 
     def facts(self) -> dict[int, RankFacts]:
         """The frozen facts of every rank seen, by rank."""
         out: dict[int, RankFacts] = {}
+        host_of = self.hosts()
         for rank in sorted(self._ranks):
             st = self._ranks[rank]
             out[rank] = RankFacts(
@@ -202,7 +264,8 @@ class RankCollector:
                 exception=" ".join(st.exception.split())[:TEXT_CHARS] if st.exception else None,
                 exception_at=_where(st.exception_at), frames=tuple(st.frames),
                 timed_out=_where(st.timed_out), lost_peer=_where(st.lost_peer),
-                watchdog=dict(st.watchdog), exit_code=st.exit_code, exit_at=_where(st.exit_at))
+                watchdog=dict(st.watchdog), exit_code=st.exit_code, exit_at=_where(st.exit_at),
+                launched=_where(st.launched), host=host_of.get(rank))
         return out
 
 
@@ -215,7 +278,8 @@ def with_text(facts: RankFacts, fn: Callable[[str], str]) -> RankFacts:
     return replace(facts, last=w(facts.last), exception_at=w(facts.exception_at),
                    exception=fn(facts.exception) if facts.exception else facts.exception,
                    timed_out=w(facts.timed_out), lost_peer=w(facts.lost_peer),
-                   exit_at=w(facts.exit_at))
+                   exit_at=w(facts.exit_at), launched=w(facts.launched),
+                   host=fn(facts.host) if facts.host else facts.host)
 
 
-__all__ = ["MAX_FRAMES", "MAX_RANKS", "Frame", "RankCollector", "RankFacts", "Where", "with_text"]
+__all__ = ["MAX_FRAMES", "MAX_RANKS", "RANKLESS_EMITS", "Frame", "RankCollector", "RankFacts", "Where", "with_text"]

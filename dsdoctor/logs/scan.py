@@ -22,7 +22,7 @@ from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, 
 from dsdoctor.logs.formats import Pattern, load_patterns
 from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
-from dsdoctor.logs.rankfacts import RankCollector, RankFacts
+from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
 from dsdoctor.logs.reader import OpenedLog, Segment, normalize, open_log, rank_from_filename
 from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
@@ -301,7 +301,7 @@ class Scanner:
             rank = values.get("rank")
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
-            if rank is not None or pat.emits == "launcher-nonzero-exit":
+            if rank is not None or pat.emits in RANKLESS_EMITS:
                 self.ranks.add(pat.emits, pat.id, name, line, seg.text, rank, values)
             # the whole segment's text: the aggregator cuts only the evidence it keeps, and
             # makes an Evidence only for a line it keeps (most of a million hits are counted)

@@ -20,6 +20,7 @@ from typing import Any
 
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import config_bytes
+from dsdoctor.facts.envnodes import node_differences, node_name
 from dsdoctor.facts.printed import read_json_block_text
 from dsdoctor.facts.run import RunModel
 from dsdoctor.model import Finding, Report
@@ -313,48 +314,6 @@ def triage_md(found: Sequence[Finding]) -> str:
 # --------------------------------------------------------------------------------------------
 # several nodes
 # --------------------------------------------------------------------------------------------
-
-#: What must agree between nodes: (label, how to read it from a snapshot).
-_NODE_FIELDS: tuple[tuple[str, Any], ...] = (
-    ("NVIDIA driver", lambda s: ", ".join(sorted({str(g.get("driver")) for g in s.get("gpus") or []
-                                                  if isinstance(g, dict) and g.get("driver")})) or None),
-    ("CUDA (torch)", lambda s: (s.get("cuda") or {}).get("torch_cuda")),
-    ("CUDA (nvcc)", lambda s: (s.get("cuda") or {}).get("nvcc_version")),
-    ("NCCL (torch)", lambda s: (s.get("cuda") or {}).get("torch_nccl")),
-    ("torch", lambda s: (s.get("packages") or {}).get("torch")),
-    ("deepspeed", lambda s: (s.get("packages") or {}).get("deepspeed")),
-    ("transformers", lambda s: (s.get("packages") or {}).get("transformers")),
-    ("accelerate", lambda s: (s.get("packages") or {}).get("accelerate")),
-    ("Python", lambda s: (s.get("python") or {}).get("version")),
-    ("GPU", lambda s: ", ".join(sorted({str(g.get("name")) for g in s.get("gpus") or []
-                                        if isinstance(g, dict) and g.get("name")})) or None),
-)
-
-
-def node_name(path: str) -> str:
-    """``env-node1.json`` -> ``node1``: the file name is all a snapshot says about its host."""
-    stem = Path(path).name
-    for suffix in (".json", ".gz"):
-        stem = stem.removesuffix(suffix)
-    return stem.removeprefix("env-").removeprefix("env_") or stem
-
-
-def node_differences(envs: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, str]]]:
-    """(label, {node: value}) for each field whose value differs between the snapshots."""
-    out = []
-    for label, get in _NODE_FIELDS:
-        vals = {}
-        for path, snap in envs:
-            try:
-                v = get(snap)
-            except (AttributeError, TypeError):
-                v = None
-            vals[node_name(path)] = str(v) if v not in (None, "") else "unknown"
-        known = {v for v in vals.values() if v != "unknown"}
-        if len(known) > 1:
-            out.append((label, vals))
-    return out
-
 
 def nodes_md(envs: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
     """The comparison section for two or more snapshots (None for one)."""

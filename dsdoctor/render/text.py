@@ -129,8 +129,13 @@ def _ranks(out: _Printer, report: Report) -> None:
     table = report.ranks
     assert table is not None
     out.line(f"Ranks ({len(table.ranks)}, by state):", style="bold")
+    mark = "  ← culprit"
+    width = max(20, out.console.width - 2)
     for line in table.lines():
-        style = "bold red" if line.endswith("← culprit") else ""
+        culprit = line.endswith(mark)
+        if culprit and len(line) > width:  # cut the state, never the mark that names the rank
+            line = line[:width - len(mark) - 1] + "…" + mark
+        style = "bold red" if culprit else ""
         out.console.print(Text("  " + line, style=style), overflow="ellipsis", no_wrap=True)
 
 

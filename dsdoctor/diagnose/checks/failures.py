@@ -54,13 +54,27 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
         where = f" at {culprit.frame.short}" if culprit.frame is not None else ""
         who = "rank" if len(culprit.ranks) == 1 else "ranks"
         names = rank_table.rank_ranges(culprit.ranks)
-        did = ("fell behind: find what it did instead (its last lines, py-spy dump)"
-               if culprit.kind == "behind" else f"took a path the others did not{where}")
-        fixes.append(
-            f"make every rank run the same collectives in the same order: {who} {names} {did} "
-            "(a collective under `if rank == 0`, an early return or break on some ranks, "
-            "generate() without synced_gpus=True under ZeRO-3); raising the timeout would only "
-            "delay the same hang")
+        if culprit.kind == "vanished":
+            fixes.append(
+                f"find why {who} {names} died: nothing in this log says (SIGKILL leaves no "
+                "traceback): `dmesg -T | grep -i oom` on its node, the scheduler's records; "
+                "the others' lost peer is only the consequence")
+        elif culprit.kind == "outside" and culprit.frame is None:
+            fixes.append(
+                f"find where {who} {names} was instead of the collective: its lines do not "
+                "show it, so dump its stack while the run hangs (`py-spy dump --pid PID`, or "
+                "run under `dsdoctor watch -- CMD`, which dumps every rank's stack on a stall). "
+                "A rank outside the collective is usually reading data (a slow or hung "
+                "filesystem, a DataLoader worker), saving, or evaluating alone; a longer timeout "
+                "helps only when that work is slow but ends, and hides a stall that does not")
+        else:
+            did = ("fell behind: find what it did instead (its last lines, py-spy dump)"
+                   if culprit.kind == "behind" else f"took a path the others did not{where}")
+            fixes.append(
+                f"make every rank run the same collectives in the same order: {who} {names} "
+                f"{did} (a collective under `if rank == 0`, an early return or break on some "
+                "ranks, generate() without synced_gpus=True under ZeRO-3); raising the timeout "
+                "would only delay the same hang")
     # 1. A rank that died first: the others wait for it until the timeout.
     hang_lines = {(e.file, e.line) for e in s.evidence}
     consequence = False

@@ -14,6 +14,7 @@ from dsdoctor.diagnose.checks import (
     bf16_numerics,
     cluster_launch,
     config_keys,
+    env_nodes,
     failures,
     fp32_recovery,
     fsdp_peft_wrap,
@@ -115,6 +116,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     release_traps.weights_only_resume,  # DS127
     release_traps.no_sync_preflight,  # DS238
     release_traps.moe_zero3_leaf_modules,  # DS239
+    env_nodes.env_differs_across_nodes,  # DS246
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303
