@@ -82,6 +82,15 @@ def _use_color(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty()
 
 
+def _width(args: argparse.Namespace) -> int | None:
+    """The terminal's width for text on a terminal; the fixed default in a file or a pipe."""
+    if args.format != "text" or args.output:
+        return None
+    from dsdoctor.render.text import terminal_width  # noqa: PLC0415
+
+    return terminal_width(sys.stdout)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.logs and not args.config and not args.script and not args.model \
             and not args.trace:
@@ -107,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if written:
             print(f"dsdoctor: wrote fixed config to {written}", file=sys.stderr)
     text = render(report, args.format, color=_use_color(args),
-                  verbose=getattr(args, "verbose", False))
+                  verbose=getattr(args, "verbose", False), width=_width(args))
     if args.output:
         # never over an input (the log itself); another existing file only with --force
         write_report(args.output, text, input_paths(args), args.force)

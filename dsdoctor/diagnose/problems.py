@@ -35,7 +35,7 @@ CAUSES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("job-time-limit", ("job-time-limit",), ("job-time-limit",)),
     ("ssh-failure", ("ssh-failure",), ("ssh-launch-failure",)),
     ("op-build", ("op-build-failure",), ("op-build-failure",)),
-    ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion",)),
+    ("batch-size", ("batch-size-mismatch",), ("batch-size-assertion", "train-batch-size-mismatch")),
     ("offload-client-optimizer", ("offload-client-optimizer",), ("offload-with-client-optimizer",)),
     ("port-in-use", ("port-in-use",), ("port-in-use",)),
     ("stopped", ("run-stopped",), ()),
@@ -51,6 +51,9 @@ EXIT_RULES = ("rank-exited-nonzero",)
 FATAL = tuple(cause for cause, _kinds, _names in CAUSES
               if cause not in ("config-mismatch", "loss-scale"))
 EVIDENCE_PER_PROBLEM = 3
+#: Config findings that restate a logged cause from the config's own arithmetic (DS309 computes
+#: the batch product DS110's assertion printed): one problem, their reasoning a second ``why``.
+CONFIG_WITNESSES = frozenset({"train-batch-size-mismatch"})
 _SEVERITY = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -96,6 +99,9 @@ def _phrase(s: Symptom) -> str:
         "run-stopped": "stopped by a signal (SIGTERM/SIGINT/Ctrl-C)",
         "error-line": "error-like line that no pattern knows",
     }
+    if len(s.ranks) > 1 and s.count == len(s.ranks):
+        # one line per rank: one event every rank printed (a collapse, a timeout), not N events
+        return f"{words.get(s.kind, s.kind)} on {len(s.ranks)} ranks (line {s.first.line})"
     where = f"from line {s.first.line}" if s.count > 1 else f"line {s.first.line}"
     return f"{words.get(s.kind, s.kind)} {s.count}× ({where})"
 
@@ -242,6 +248,9 @@ def _also(ranked: Sequence[Finding], fixer: Finding | None) -> tuple[str, ...]:
     for f in ranked:
         if f is fixer:
             continue
+        if fixer is not None and (f.name in CONFIG_WITNESSES or (
+                f.fix_change is not None and f.fix_change == fixer.fix_change)):
+            continue  # the same arithmetic, or the very change printed above: told once
         change = change_text(f.fix_change)
         if f.fix and _same_text(f.fix) not in told:
             note = _first_sentence(f.fix) + (f" (change: {change})" if change else "")
@@ -315,7 +324,9 @@ def _problem(g: _Group, verdict: Verdict | None, shown: set[tuple[str, int]],
     if decides and verdict is not None and verdict.is_error and g.symptoms:
         severity = "error"  # the cause of a failed/hung/not-learning run is an error, whatever
         # severity the rule's advice carries (DS107 warns: a timeout may be a slow step)
-    why = (lead.message,) if lead is not None and lead.message else ()
+    why: tuple[str, ...] = (lead.message,) if lead is not None and lead.message else ()
+    why += tuple(f.message for f in findings if f is not lead and f.name in CONFIG_WITNESSES
+                 and f.message and f.message not in why)
     rules: list[str] = []
     for f in findings:
         if f.rule not in rules:

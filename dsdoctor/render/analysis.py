@@ -96,9 +96,16 @@ def timeline_summary(points: tuple[TimelinePoint, ...]) -> str:
     losses = [p.loss for p in points if p.loss is not None]
     scales = [p.loss_scale for p in points if p.loss_scale is not None]
     skipped = [p.skipped for p in points if p.skipped is not None]
+    epochs = [p.epoch for p in points if p.epoch is not None]
     parts = [f"{len(points)} points"]
-    if steps:
+    # a range only when the points span one: the Trainer's dicts carry epochs, not steps, and
+    # DeepSpeed's single step-0 line is no "steps 0–0"
+    if len(set(steps)) > 1:
         parts.append(f"steps {min(steps)}–{max(steps)}")
+    elif len(set(epochs)) > 1:
+        parts.append(f"epochs {_fmt_num(min(epochs))}–{_fmt_num(max(epochs))}")
+    elif steps:
+        parts.append(f"step {steps[0]}")
     if losses:
         parts.append(f"loss {_fmt_num(losses[0])} → {_fmt_num(losses[-1])}")
     if scales:
@@ -185,16 +192,17 @@ def _plural(n: int, word: str) -> str:
 
 
 def summary_counts(report: Report) -> str:
-    """``1 problem (1 error) from 2 findings (2 errors) and 5 symptom kinds``."""
-    def by_severity(items) -> str:
-        c: dict[str, int] = {}
-        for item in items:
-            c[item.severity] = c.get(item.severity, 0) + 1
-        parts = [_plural(c[sev], sev) for sev in ("error", "warning", "info") if c.get(sev)]
-        return f" ({', '.join(parts)})" if parts else ""
-
-    return (f"{_plural(len(report.problems), 'problem')}{by_severity(report.problems)} from "
-            f"{_plural(len(report.findings), 'finding')}{by_severity(report.findings)} and "
+    """``1 problem (1 error) from 2 findings and 5 symptom kinds``: severities are the problems'
+    only. A problem takes the worst of its findings and is an error when it decided a failed
+    verdict (a warning rule's timeout that hung the run), so the findings' own severities would
+    contradict the problems shown; ``--verbose`` and the JSON list them."""
+    c: dict[str, int] = {}
+    for p in report.problems:
+        c[p.severity] = c.get(p.severity, 0) + 1
+    parts = [_plural(c[sev], sev) for sev in ("error", "warning", "info") if c.get(sev)]
+    by_severity = f" ({', '.join(parts)})" if parts else ""
+    return (f"{_plural(len(report.problems), 'problem')}{by_severity} from "
+            f"{_plural(len(report.findings), 'finding')} and "
             f"{_plural(len(report.symptoms), 'symptom kind')}")
 
 
@@ -227,14 +235,16 @@ def render_jsonl(report: Report, **extra: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def render(report: Report, fmt: str, color: bool = False, verbose: bool = False) -> str:
-    """The report in ``fmt`` (text, json, markdown); JSON always holds every detail."""
+def render(report: Report, fmt: str, color: bool = False, verbose: bool = False,
+           width: int | None = None) -> str:
+    """The report in ``fmt`` (text, json, markdown); JSON always holds every detail; ``width``:
+    the text's columns (default: render.text.WIDTH)."""
     if fmt == "json":
         return render_json(report)
     if fmt == "jsonl":
         return render_jsonl(report)
     if fmt == "markdown":
         return render_markdown(report, verbose=verbose)
-    return render_text(report, color=color, verbose=verbose)
+    return render_text(report, color=color, verbose=verbose, width=width)
 
 

@@ -8,6 +8,11 @@ No evidence line is printed twice. ``verbose`` adds every finding and every symp
 from __future__ import annotations
 
 import io
+import os
+import re
+import shutil
+import sys
+from typing import TextIO
 
 from dsdoctor.model import Evidence, Problem, Report
 from dsdoctor.render.analysis import (
@@ -29,6 +34,37 @@ from dsdoctor.render.analysis import (
 FATE_STYLE = {"FAILED": "bold red", "HUNG": "bold red", "NOT-LEARNING": "bold red",
               "RECOVERED": "bold green", "HEALTHY": "bold green", "UNKNOWN": "bold yellow"}
 WIDTH = 100
+#: A terminal narrower than this still gets this many columns (evidence needs room to say something).
+MIN_WIDTH = 60
+#: A source-location prefix that C++ and Python loggers put before the message:
+#: ``[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598]``. Cut to the file's
+#: name (``[pair.cc:598]``) before a long line is cut, so the cut removes the path, not the message.
+_SOURCE_PATH = re.compile(r"\[(?:[A-Za-z]:)?[/\\](?:[^\]\s/\\]+[/\\])+([^\]\s/\\]+:\d+(?::\w+)?)\]")
+
+
+def terminal_width(stream: TextIO | None = None) -> int:
+    """The width to render text for: a terminal's (``COLUMNS`` first, as ``ls`` and rich read it,
+    else the real terminal's size), at least MIN_WIDTH; WIDTH for a file or a pipe, so that what
+    is saved or piped does not depend on the window it was made in."""
+    stream = stream if stream is not None else sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        tty = False
+    if not tty:
+        return WIDTH
+    cols = os.environ.get("COLUMNS", "")
+    width = int(cols) if cols.isdigit() and int(cols) > 0 else shutil.get_terminal_size((WIDTH, 24)).columns
+    return max(MIN_WIDTH, width)
+
+
+def fit_evidence(text: str, width: int) -> str:
+    """``text`` as one line of at most ``width`` columns: source paths in brackets shortened to
+    the file's name first, then cut with an ellipsis."""
+    if len(text) <= width:
+        return text
+    text = _SOURCE_PATH.sub(r"[\1]", text)
+    return text if len(text) <= width else text[:max(1, width - 1)] + "…"
 
 
 class _Printer:
@@ -61,7 +97,8 @@ class _Printer:
         from rich.text import Text  # noqa: PLC0415
 
         t = Text(" " * indent + "▸ ", style="dim")
-        t.append(ev_line(ev, self.names.get(ev.file)), style="dim")
+        room = self.console.width - indent - 2
+        t.append(fit_evidence(ev_line(ev, self.names.get(ev.file)), room), style="dim")
         self.console.print(t, overflow="ellipsis", no_wrap=True)
 
     def para(self, body: str, indent: int = 2, label: str = "", style: str = "bold",
@@ -102,9 +139,12 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
         what = "pre-flight check (no log)"
     # one paragraph for what was read: the problems, not the inputs, should fill the screen
     out.line("; ".join([what, *inputs_summary(report)]), style="dim")
+    # ``also`` lines and config keys already printed: a note several problems share is told once,
+    # a key two problems point at is named once and referred to after
+    told: dict[str, int] = {}
     for i, p in enumerate(report.problems, 1):
         out.line()
-        _problem(out, p, problem_heading(i, len(report.problems), p))
+        _problem(out, p, problem_heading(i, len(report.problems), p), told, i)
     if not report.problems and report.files:
         out.line()
         out.line("No failure symptoms found in the log.", style="green")
@@ -114,7 +154,7 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
     out.line()
     if tl:
         out.line(f"Timeline: {tl}")
-    for note in report.notes:
+    for note in dict.fromkeys(report.notes):  # in order, each once
         out.line(f"note: {note}", style="dim")
     hint = ("; all of them: --verbose", "dim") if not verbose and (
         report.findings or report.symptoms) else ("", "")
@@ -139,7 +179,7 @@ def _ranks(out: _Printer, report: Report) -> None:
         out.console.print(Text("  " + line, style=style), overflow="ellipsis", no_wrap=True)
 
 
-def _problem(out: _Printer, p: Problem, heading: str) -> None:
+def _problem(out: _Printer, p: Problem, heading: str, told: dict[str, int], number: int) -> None:
     out.line(heading, style=SEVERITY_STYLE.get(p.severity, "bold"))
     out.para(p.what)
     for ev in p.evidence:
@@ -155,9 +195,12 @@ def _problem(out: _Printer, p: Problem, heading: str) -> None:
         where = f" ({p.config_where})" if p.config_where else ""
         out.para(change + where, label="change", style="bold green")
     elif p.config_where:
-        out.para(p.config_where, label="config", style="dim")
+        first = told.setdefault(f"config {p.config_where}", number)
+        out.para(p.config_where if first == number else f"the key of problem {first}",
+                 label="config", style="dim")
     for note in p.also:  # the other findings' fixes: not only under --verbose
-        out.para(note, label="also", style="green")
+        if told.setdefault(f"also {note}", number) == number:
+            out.para(note, label="also", style="green")
 
 
 def _verbose(out: _Printer, report: Report) -> None:

@@ -143,7 +143,10 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
         parts.append(_overflow_summary(ovf))
         ev.extend(ovf.evidence)
     if col is not None:
-        parts.append(f"the scaler reached its minimum {col.count} time(s) (line {col.first.line}"
+        # every rank prints the one collapse: "on 2 ranks", not "2 time(s)"
+        times = (f"on {len(col.ranks)} ranks (one line each)" if len(col.ranks) > 1
+                 and col.count == len(col.ranks) else f"{col.count} time(s)")
+        parts.append(f"the scaler reached its minimum {times} (line {col.first.line}"
                      f": {col.first.text[:120]!r})")
         ev[:0] = col.evidence
     if mostly_skipped(ctx):
