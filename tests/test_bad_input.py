@@ -367,15 +367,20 @@ def test_output_never_overwrites_an_input(tmp_path):
     assert log.read_bytes() == LOG
 
 
-def test_output_needs_force_for_an_existing_file(tmp_path):
+def test_output_replaces_an_existing_file_as_grep_and_ruff_do(tmp_path):
+    """Issue 23: ``-o FILE`` replaces FILE (grep, ruff, curl), never an input or a link to one."""
     log = tmp_path / "t.log"
     log.write_bytes(LOG)
     out = tmp_path / "out.txt"
-    out.write_text("keep me")
-    assert_one_line_error(run_cli("analyze", str(log), "-o", str(out)), "--force")
-    assert out.read_text() == "keep me"
-    assert run_cli("analyze", str(log), "-o", str(out), "--force").returncode == 1
-    assert "DS105" in out.read_text()
+    out.write_text("replace me")
+    assert run_cli("analyze", str(log), "-o", str(out)).returncode == 1
+    assert "DS105" in out.read_text() and "replace me" not in out.read_text()
+    assert run_cli("env", "--no-ops", "--timeout", "5", "-o", str(out)).returncode == 0
+    assert "DS105" not in out.read_text()
+    link = tmp_path / "link.txt"
+    link.symlink_to(log)
+    assert_one_line_error(run_cli("analyze", str(log), "-o", str(link)), "input")
+    assert log.read_bytes() == LOG
 
 
 # Terminal controls a hostile log may carry: full reset, charset switch, OSC title, 8-bit CSI

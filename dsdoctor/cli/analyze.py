@@ -61,13 +61,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fix-out", metavar="FILE",
                    help="write a copy of the config with the safe fixes applied to FILE")
     p.add_argument("--force", action="store_true",
-                   help="let --fix-out and --output overwrite an existing FILE")
+                   help="let --fix-out overwrite an existing FILE (--output always replaces "
+                   "its FILE, unless it is an input)")
     p.add_argument("--format", choices=("text", "json", "jsonl", "markdown"), default="text",
                    help="jsonl: each LOG analyzed on its own, one JSON object per line")
     p.add_argument("--exit-code", choices=EXIT_CODE_MODES, default="any", dest="exit_code",
                    help="fate: a code per fate for scripts (3 failed, 4 hung, 5 killed, "
                    "6 stopped, 7 not-learning); any (default): 1 for all of them")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write the report to FILE (replaced if it exists; never an input)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour in text output (default: when writing to a terminal)")
     add_quiet_option(p)
@@ -118,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
     text = render(report, args.format, color=_use_color(args),
                   verbose=getattr(args, "verbose", False), width=_width(args))
     if args.output:
-        # never over an input (the log itself); another existing file only with --force
-        write_report(args.output, text, input_paths(args), args.force)
+        # as grep, ruff and curl: -o replaces the file, but never an input (the log itself)
+        write_report(args.output, text, input_paths(args), force=True)
     else:
         sys.stdout.write(text)
     return report.exit_code_for(args.exit_code)
@@ -138,7 +140,7 @@ def _run_jsonl(args: argparse.Namespace) -> int:
         codes.append(report.exit_code_for(args.exit_code))
     text = "".join(lines)
     if args.output:
-        write_report(args.output, text, input_paths(args), args.force)
+        write_report(args.output, text, input_paths(args), force=True)
     else:
         sys.stdout.write(text)
     return combined_exit_code(codes, args.exit_code)

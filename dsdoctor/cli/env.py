@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             text = buf.getvalue()
         from dsdoctor.safeio import one_line, write_report  # noqa: PLC0415
 
-        write_report(args.output, text, [], args.force)
+        write_report(args.output, text, [], force=True)  # -o replaces FILE, as grep and curl
         print(f"dsdoctor: wrote {one_line(args.output)}", file=sys.stderr)
     elif text is None:
         render_text(snap)
@@ -61,8 +61,10 @@ def register(subparsers: Any) -> None:
         "DeepSpeed's op compatibility and the distributed-training environment variables "
         "(secrets redacted). Save --format json and pass it to 'analyze --env'.")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
-    p.add_argument("--force", action="store_true", help="let --output overwrite an existing FILE")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write to FILE instead of stdout (replaced if it exists)")
+    # --force is what --output needed before it replaced files: accepted, does nothing more
+    p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-ops", action="store_true",
                    help="skip DeepSpeed's op compatibility report (the slowest probe, ~2 s)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",

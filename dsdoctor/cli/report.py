@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
               "remains, write the issue with --force.", file=sys.stderr)
         return 1
     if args.output:
-        write_report(args.output, issue.body, input_paths(args), args.force)
+        write_report(args.output, issue.body, input_paths(args), force=True)  # never an input
         print(f"dsdoctor: wrote {one_line(args.output)}; review it, then file it with:",
               file=sys.stderr)
         print(issue_body.gh_command(issue, args.output), file=sys.stderr)
@@ -196,11 +196,10 @@ def register(subparsers: Any) -> None:
                    "(repeatable, or a quoted glob such as 'env-*.json'); several are compared")
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout (replaced if it exists; never an input)")
     add_quiet_option(p)
     p.add_argument("--force", action="store_true",
-                   help="write the issue even when the analysis explains the failure with a fix, "
-                   "and let --output overwrite an existing FILE")
+                   help="write the issue even when the analysis explains the failure with a fix")
     p.add_argument("--keep-paths", action="store_true",
                    help="keep user names and home paths (default: /home/<user>/...)")
     p.add_argument("--keep-hosts", action="store_true",

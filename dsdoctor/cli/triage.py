@@ -41,8 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("text", "jsonl"), default="text",
                    help="jsonl: one analysis per job per line (the schema of 'dsdoctor schema', "
                    "plus job and input)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the table or records to FILE")
-    p.add_argument("--force", action="store_true", help="let --output overwrite an existing FILE")
+    p.add_argument("--output", "-o", metavar="FILE",
+                   help="write the table or records to FILE (replaced if it exists; never an input)")
+    # --force is what --output needed before it replaced files: accepted, does nothing more
+    p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--exit-code", choices=EXIT_CODE_MODES, default="any", dest="exit_code")
     p.add_argument("--engine", choices=ENGINES, default="auto", help="prefilter engine")
     add_quiet_option(p)
@@ -53,7 +55,7 @@ def _write(args: argparse.Namespace, text: str, inputs: list[str]) -> None:
     if args.output:
         from dsdoctor.safeio import write_report  # noqa: PLC0415
 
-        write_report(args.output, text, inputs, args.force)
+        write_report(args.output, text, inputs, force=True)  # never an input
     else:
         sys.stdout.write(text)
 
