@@ -196,7 +196,8 @@ def register(subparsers: Any) -> None:
                    "(repeatable, or a quoted glob such as 'env-*.json'); several are compared")
     p.add_argument("--target", choices=("deepspeed", "transformers", "accelerate"), default="deepspeed",
                    help="whose issue template to follow (default: deepspeed)")
-    p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout (replaced if it exists; never an input)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the body to FILE instead of stdout "
+                   "(replaced if it exists; never an input)")
     add_quiet_option(p)
     p.add_argument("--force", action="store_true",
                    help="write the issue even when the analysis explains the failure with a fix")
