@@ -228,13 +228,21 @@ class Verdict:
     # the step of the last checkpoint save the log shows, and the steps done since (lost on a retry)
     checkpoint_step: int | None = None
     steps_lost: int | None = None
+    # a pre-flight check (no log): how many error findings it has (None: not a pre-flight)
+    preflight_errors: int | None = None
 
     @property
     def is_error(self) -> bool:
+        """The run's fate is a failure (a pre-flight's errors are not a fate: see ``error``)."""
         return self.fate in ERROR_FATES
 
+    @property
+    def error(self) -> bool:
+        """The analysis says something is wrong: a failed fate, or a pre-flight with errors."""
+        return self.is_error or bool(self.preflight_errors)
+
     def to_dict(self) -> dict[str, Any]:
-        out = {"fate": self.fate, "error": self.is_error, "sentence": self.sentence,
+        out = {"fate": self.fate, "error": self.error, "sentence": self.sentence,
                "evidence": [e.to_dict() for e in self.evidence],
                "steps_done": self.steps_done, "steps_skipped": self.steps_skipped}
         if self.fingerprint is not None:

@@ -326,7 +326,14 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
                        fingerprint=fingerprint(cause.text) if cause is not None else None)
 
     if not has_log:
-        return verdict("unknown", "pre-flight check (no log): the run's fate is not known")
+        # like a linter's summary: what the check found, the errors first (the fate stays unknown)
+        counts = {sev: sum(f.severity == sev for f in findings) for sev in ("error", "warning")}
+        told = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items() if n)
+        what = (f"{told} in the inputs; fix {'it' if counts['error'] == 1 else 'them'} before "
+                "launching" if counts["error"]
+                else f"no error in the inputs{f' ({told})' if told else ''}")
+        return replace(verdict("unknown", f"pre-flight check (no log): {what}"),
+                       preflight_errors=counts["error"])
 
     hang = get("hang")
     if hang is not None:

@@ -184,6 +184,9 @@ def verdict_line(report: Report) -> tuple[str, str]:
     if v is None:
         return "UNKNOWN", "no verdict (the report was built without the diagnosis step)"
     rest = v.sentence.split(": ", 1)[1] if ": " in v.sentence else v.sentence
+    if v.preflight_errors is not None:  # no run to judge: the check's own result leads
+        rest = rest.removeprefix("pre-flight check (no log): ")
+        return ("PRE-FLIGHT FAILED" if v.preflight_errors else "PRE-FLIGHT OK"), rest
     return v.fate.upper(), rest
 
 

@@ -32,7 +32,8 @@ from dsdoctor.render.analysis import (
 )
 
 FATE_STYLE = {"FAILED": "bold red", "HUNG": "bold red", "NOT-LEARNING": "bold red",
-              "RECOVERED": "bold green", "HEALTHY": "bold green", "UNKNOWN": "bold yellow"}
+              "RECOVERED": "bold green", "HEALTHY": "bold green", "UNKNOWN": "bold yellow",
+              "PRE-FLIGHT FAILED": "bold red", "PRE-FLIGHT OK": "bold green"}
 WIDTH = 100
 #: A terminal narrower than this still gets this many columns (evidence needs room to say something).
 MIN_WIDTH = 60
