@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from dsdoctor.cli.misplaced import refuse_configs_as_logs
 from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.diagnose.pipeline import analyze
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
             and not args.trace:
         raise UsageError("nothing to analyze: pass a log file (or - for stdin), or --config "
                          "for a pre-flight check")
+    refuse_configs_as_logs(args.logs)
     if args.logs.count("-") > 1:
         raise UsageError("standard input ('-') can be given only once")
     if args.fix_out and args.output and same_file(args.fix_out, args.output):

@@ -53,9 +53,26 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _unknown_command(argv: list[str]) -> str | None:
+    """One line for a first word that names no command (``dsdoctor analyse``), with the closest
+    command (difflib), or None when the first word is a command or an option."""
+    if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
+        return None
+    import difflib  # noqa: PLC0415
+
+    close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1, cutoff=0.6)
+    hint = f": did you mean '{close[0]}'?" if close else ""
+    return (f"dsdoctor: error: no command {one_line(argv[0])!r}{hint} "
+            f"(commands: {', '.join(COMMANDS)}; see 'dsdoctor --help')\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
+    unknown = _unknown_command(argv)
+    if unknown is not None:
+        sys.stderr.write(unknown)
+        return 2
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
     """Add the ``rules`` subcommand."""
     p = subparsers.add_parser("rules", help="list the diagnosis rules, or explain one",
                               description="List dsdoctor's rules, or explain one (by code or name).")
-    p.add_argument("rule", nargs="?", metavar="CODE|NAME", help="e.g. DS304 or offload-param-without-stage3")
+    p.add_argument("rule", nargs="?", metavar="CODE|NAME|CATEGORY",
+                   help="e.g. DS304 or offload-param-without-stage3; a category (config, symptom, "
+                   "...) or a code prefix (DS3) lists its rules")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.set_defaults(func=run)
 
@@ -92,10 +94,15 @@ def run(args: argparse.Namespace) -> int:
     from dsdoctor.diagnose.engine import find_rule, load_rules
 
     rules = load_rules()
-    if args.rule:
-        rule = find_rule(args.rule, rules)
-        if rule is None:
-            raise UsageError(f"no rule {args.rule!r}; run 'dsdoctor rules' for the list")
+    rule = find_rule(args.rule, rules) if args.rule else None
+    if args.rule and rule is None:
+        chosen = [r for r in rules if r.category == args.rule.lower()
+                  or r.code.upper().startswith(args.rule.upper())]
+        if not chosen:
+            raise UsageError(f"no rule {args.rule!r}{did_you_mean(args.rule, rules)} "
+                             "('dsdoctor rules' lists them all)")
+        rules = chosen
+    if rule is not None:
         if args.format == "json":
             text = json.dumps(rule.to_dict(), indent=2) + "\n"
         elif args.format == "markdown":
@@ -113,3 +120,19 @@ def run(args: argparse.Namespace) -> int:
         text += f"\n{len(rules)} rules. 'dsdoctor rules CODE' explains one.\n"
     sys.stdout.write(text)
     return 0
+
+
+def did_you_mean(word: str, rules: list[Any]) -> str:
+    """``: did you mean DS314 (stage3-16bit-weights-not-saved)?`` for the closest code, name or
+    category (difflib), or "" when none is close."""
+    import difflib  # noqa: PLC0415
+
+    by_word: dict[str, str] = {}
+    for r in rules:
+        by_word.setdefault(r.code.lower(), f"{r.code} ({r.name})")
+        by_word.setdefault(r.name.lower(), f"{r.name} ({r.code})")
+        if r.category:
+            by_word.setdefault(r.category.lower(), f"{r.category} (a category)")
+    close = difflib.get_close_matches(word.lower(), list(by_word), n=1, cutoff=0.6)
+    return f": did you mean {by_word[close[0]]}?" if close else ""
+

@@ -1,0 +1,60 @@
+"""Inputs given in the wrong place: a DeepSpeed or Accelerate config passed as a LOG.
+
+``dsdoctor analyze ds_config.json`` scanned the config as a log, found no failure and said
+HEALTHY. A file that parses as a whole JSON object with DeepSpeed's top-level keys (or a YAML
+mapping ``accelerate config`` wrote) is a config: the user is told to pass it with ``--config``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from dsdoctor.errors import UsageError
+
+#: Top-level keys of a DeepSpeed config (docs/config-json); two of them make a config, so that a
+#: JSON record that merely has a ``fp16`` field is not taken for one.
+DEEPSPEED_KEYS = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+    "zero_optimization", "fp16", "bf16", "optimizer", "scheduler", "gradient_clipping",
+    "steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer",
+    "activation_checkpointing", "flops_profiler", "amp", "communication_data_type",
+    "prescale_gradients", "zero_force_ds_cpu_optimizer", "data_types", "aio",
+})
+#: Configs are small; a bigger file is a log, and is not read twice.
+LIMIT = 1024 * 1024
+
+
+def config_kind(path: str) -> str | None:
+    """"a DeepSpeed config" / "an Accelerate config" when ``path`` is one, else None. Never
+    raises: a file that cannot be read or parsed is left to the log reader."""
+    if path == "-" or not path.lower().endswith((".json", ".yaml", ".yml", ".jsonc", ".json5")):
+        return None
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > LIMIT:
+            return None
+        with open(path, "rb") as fh:
+            raw = fh.read(LIMIT + 1)
+        text = raw.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    from dsdoctor.facts import configfile  # noqa: PLC0415 - only when a LOG might be a config
+
+    try:
+        if text.lstrip().startswith("{"):
+            data = configfile.parse_json(text, path)[0]
+            return ("a DeepSpeed config" if isinstance(data, dict)
+                    and len(DEEPSPEED_KEYS & set(data)) >= 2 else None)
+        data = configfile.parse_yaml(text, path)[0]
+    except (UsageError, ValueError, TypeError, RecursionError):
+        return None
+    return ("an Accelerate config" if isinstance(data, dict)
+            and configfile.looks_like_accelerate(data) else None)
+
+
+def refuse_configs_as_logs(logs: list[str]) -> None:
+    """UsageError (exit 2, one line) for the first LOG that is a config."""
+    for path in logs:
+        kind = config_kind(path)
+        if kind is not None:
+            raise UsageError(f"{path}: this is {kind}, not a log; pass it with --config {path} "
+                             "(alone for a pre-flight check, or beside the run's log)")
