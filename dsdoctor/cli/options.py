@@ -27,6 +27,12 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
                    help="DeepSpeed release to lint the config against (default: from env/log)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="prefilter engine (default: hyperscan when installed, else pure Python)")
+    p.add_argument("--select", action="append", default=[], metavar="RULES",
+                   help="report only these rules: codes (DS314), code prefixes (DS3), names or "
+                   "categories (config), comma-separated or repeated (default: [tool.dsdoctor] "
+                   "select in pyproject.toml, else all; docs/configuration.md)")
+    p.add_argument("--ignore", action="append", default=[], metavar="RULES",
+                   help="never report these rules (as --select; default: [tool.dsdoctor] ignore)")
     p.add_argument("--verbose", "-v", action="store_true",
                    help="text/Markdown: also print every finding and symptom in full (JSON "
                    "always has them)")
@@ -62,7 +68,24 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
                              scripts=getattr(args, "script", None) or [],
                              ds_version=getattr(args, "ds_version", None),
                              engine=getattr(args, "engine", "auto") or "auto",
-                             jobs=getattr(args, "jobs", None))
+                             jobs=getattr(args, "jobs", None),
+                             selection=selection_from(args))
+
+
+def selection_from(args: argparse.Namespace):  # -> settings.Selection | None
+    """--select/--ignore over the project's [tool.dsdoctor] over the user's config file, each
+    selector checked against the rules (a typo is an error, with the closest name)."""
+    from dsdoctor import settings  # noqa: PLC0415
+    from dsdoctor.diagnose.engine import load_rules  # noqa: PLC0415
+
+    chosen = settings.resolve(getattr(args, "select", None) or (),
+                              getattr(args, "ignore", None) or ())
+    if chosen.is_default:
+        return None
+    rules = [settings.RuleInfo(r.code, r.name, r.category or "") for r in load_rules()]
+    where = "; ".join(chosen.sources)
+    settings.check_selectors((*chosen.select, *chosen.ignore), rules, where)
+    return chosen
 
 
 def _jobs(text: str) -> int:

@@ -136,7 +136,22 @@ def findings_of(inputs: AnalysisInputs, scan: ScanResult) -> list:
     from dsdoctor.diagnose import engine  # noqa: PLC0415 - not needed to import this module
     from dsdoctor.facts import context  # noqa: PLC0415
 
-    return list(engine.evaluate(context.build_context(inputs, scan)))
+    return _selected(inputs, list(engine.evaluate(context.build_context(inputs, scan))))
+
+
+def _rule_infos() -> list:
+    from dsdoctor.diagnose import engine  # noqa: PLC0415
+    from dsdoctor.settings import RuleInfo  # noqa: PLC0415
+
+    return [RuleInfo(r.code, r.name, r.category or "") for r in engine.load_rules()]
+
+
+def _selected(inputs: AnalysisInputs, findings: list) -> list:
+    """The findings that report: --select/--ignore/[tool.dsdoctor], then a config line's inline
+    ``dsdoctor: ignore[...]`` (dsdoctor/settings.py)."""
+    from dsdoctor import settings  # noqa: PLC0415
+
+    return settings.apply(findings, inputs.selection, _rule_infos())
 
 
 def evaluate_with_run(inputs: AnalysisInputs, scan: ScanResult
@@ -150,7 +165,7 @@ def evaluate_with_run(inputs: AnalysisInputs, scan: ScanResult
     from dsdoctor.facts import context  # noqa: PLC0415
 
     ctx = context.build_context(inputs, scan)
-    findings = list(engine.evaluate(ctx))  # rules add notes ("give --env to check ...")
+    findings = _selected(inputs, list(engine.evaluate(ctx)))  # rules add notes ("give --env ...")
     described = dict(ctx.inputs)
     described["engine"] = scan.engine
     described["run"] = ctx.run.to_dict()  # what the run is, each fact with its source
@@ -158,7 +173,10 @@ def evaluate_with_run(inputs: AnalysisInputs, scan: ScanResult
         described["launch_scripts"] = [
             {"file": la.file, "line": la.line, "launcher": la.launcher, "command": la.text}
             for la in ctx.launch_scripts]
-    return findings, described, list(ctx.notes), ctx.run
+    from dsdoctor import settings  # noqa: PLC0415
+
+    notes = settings.apply_to_notes(ctx.notes, inputs.selection, _rule_infos())
+    return findings, described, notes, ctx.run
 
 
 def analyze(inputs: AnalysisInputs, on_progress: ProgressFn | None = None) -> Report:

@@ -16,7 +16,10 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from dsdoctor.settings import Selection
 
 R = TypeVar("R")
 
@@ -41,13 +44,16 @@ class AnalysisInputs:
     trainer_args: Mapping[str, Any] | tuple[str, ...] | None = None
     world_size: int | None = None
     traces: tuple[str, ...] = ()  # Flight Recorder dumps: per-rank files, or folders of them
+    # which rules report (dsdoctor/settings.py: --select/--ignore, [tool.dsdoctor]); None: all
+    selection: Selection | None = None
 
     @classmethod
     def of(cls, logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,
            env: str | None = None, scripts: Sequence[str] = (), ds_version: str | None = None,
            engine: str = "auto", trainer_args: Any = None,
            world_size: int | None = None, jobs: int | None = None,
-           traces: Sequence[str] = (), envs: Sequence[str] = ()) -> AnalysisInputs:
+           traces: Sequence[str] = (), envs: Sequence[str] = (),
+           selection: Selection | None = None) -> AnalysisInputs:
         """Build inputs from lists (tuples are stored, so the value stays immutable)."""
         if isinstance(trainer_args, list):
             trainer_args = tuple(str(a) for a in trainer_args)
@@ -57,7 +63,7 @@ class AnalysisInputs:
         return cls(logs=tuple(logs), configs=tuple(configs), model=model, env=env, envs=envs,
                    scripts=tuple(scripts), ds_version=ds_version, engine=engine,
                    trainer_args=trainer_args, world_size=world_size, jobs=jobs,
-                   traces=tuple(traces))
+                   traces=tuple(traces), selection=selection)
 
 
 # ------------------------------------------------------------------------------ file cache
