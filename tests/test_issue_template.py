@@ -117,7 +117,9 @@ body:
 
 def test_cli_writes_default_path_and_refuses_to_overwrite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".git").mkdir()  # a repository: its .github/ gets the form
+    (tmp_path / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "src")
     assert main(["issue-template"]) == 0
     written = tmp_path / DEFAULT_PATH
     assert validate_form(yaml.safe_load(written.read_text())) == []
@@ -131,9 +133,21 @@ def test_cli_writes_default_path_and_refuses_to_overwrite(tmp_path: Path, monkey
     assert written.read_text() == template_text()
 
 
+def test_cli_asks_for_output_outside_a_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["issue-template"]) == 2
+    err = capsys.readouterr().err
+    assert "not inside a git repository" in err and "-o" in err and err.count("\n") == 1
+    assert not (tmp_path / ".github").exists()
+
+
 def test_cli_output_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "forms" / "x.yml"
     assert main(["issue-template", "--output", str(out)]) == 0
+    assert out.read_text() == template_text()
+    out.write_text("old")
+    assert main(["issue-template", "-o", str(out)]) == 0  # -o FILE replaces it
     assert out.read_text() == template_text()
     assert main(["issue-template", "-o", "-"]) == 0
     assert capsys.readouterr().out == template_text()

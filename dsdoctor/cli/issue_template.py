@@ -21,11 +21,18 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(text)
         return 0
-    out = Path(args.output)
+    if args.output is None:  # the repository's own .github/, never that of whatever folder
+        root = git_root(Path.cwd())
+        if root is None:
+            raise UsageError("not inside a git repository: pass -o FILE (or -o - for stdout), or "
+                             f"run it in the repository that should get {issue_form.DEFAULT_PATH}")
+        out = root / issue_form.DEFAULT_PATH
+        if out.exists() and not args.force:  # a path the user did not name: never replaced silently
+            raise UsageError(f"{out}: already exists; pass --force to overwrite it")
+    else:
+        out = Path(args.output)  # named with -o: replaced, as grep and curl do
     if out.is_dir():
         raise UsageError(f"{out}: is a directory; pass the file to write, e.g. {out / issue_form.TEMPLATE_NAME}")
-    if out.exists() and not args.force:
-        raise UsageError(f"{out}: already exists; pass --force to overwrite it")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
@@ -33,6 +40,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{out}: cannot write ({exc.strerror or exc}); choose another --output") from None
     print(f"dsdoctor: wrote {out}; commit it and GitHub offers it under 'New issue'", file=sys.stderr)
     return 0
+
+
+def git_root(start: Path) -> Path | None:
+    """The work tree at or above ``start`` (a ``.git`` folder, or the ``.git`` file of a worktree
+    or submodule), or None; git itself is not run."""
+    for folder in (start.resolve(), *start.resolve().parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
 
 
 def register(subparsers: Any) -> None:
@@ -44,7 +60,9 @@ def register(subparsers: Any) -> None:
         description="Write a GitHub issue form for your own project that asks reporters of a failed "
         "training run for 'dsdoctor env' and 'dsdoctor analyze' output, the config and the launch "
         "command.")
-    p.add_argument("--output", "-o", default=DEFAULT_PATH, metavar="PATH",
-                   help=f"where to write it (default: {DEFAULT_PATH}; '-' for stdout)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.add_argument("--output", "-o", default=None, metavar="PATH",
+                   help=f"where to write it, replaced if it exists ('-' for stdout; default: "
+                   f"{DEFAULT_PATH} of the git repository this runs in)")
+    p.add_argument("--force", action="store_true",
+                   help=f"overwrite an existing {DEFAULT_PATH} (without -o)")
     p.set_defaults(func=run)

@@ -24,6 +24,7 @@ COMMANDS = {
     "issue-template": "dsdoctor.cli.issue_template",
     "triage": "dsdoctor.cli.triage",
     "schema": "dsdoctor.cli.schema",
+    "completion": "dsdoctor.cli.completion",
 }
 COMMAND_MODULES = tuple(COMMANDS.values())
 
