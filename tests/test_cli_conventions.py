@@ -222,3 +222,24 @@ def test_bash_registers_and_completes(tmp_path: Path, capsys) -> None:
                          check=True).stdout.splitlines()
     assert out[0].endswith("-F _dsdoctor dsdoctor")
     assert out[1:] == ["analyze", "text json jsonl markdown", "--select"]
+
+
+def test_preflight_headline_agrees_with_the_problems_shown(alone, capsys) -> None:
+    """Seven "auto" keys without the Trainer: seven DS310 findings, one problem, one error; the
+    rule's advice at the other keys is one ``also`` line naming them, not six identical ones."""
+    (alone / "auto.json").write_text(
+        '{\n  "train_batch_size": "auto",\n  "train_micro_batch_size_per_gpu": "auto",\n'
+        '  "gradient_accumulation_steps": "auto",\n  "gradient_clipping": "auto",\n'
+        '  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},\n'
+        '  "fp16": {"enabled": "auto"},\n  "zero_optimization": {"stage": 2}\n}\n')
+    (alone / "train.py").write_text(
+        'import deepspeed\nmodel = None\nengine, *_ = deepspeed.initialize(model=model, config="auto.json")\n')
+    assert main(["analyze", "--config", "auto.json", "--script", "train.py"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("PRE-FLIGHT FAILED: 1 error in the inputs; fix it before launching")
+    assert "1 problem (1 error) from 7 findings and 0 symptom kinds" in out
+    flat = " ".join(out.split())
+    assert ("also: DS310 auto-without-trainer: the same at train_micro_batch_size_per_gpu, "
+            "gradient_accumulation_steps, gradient_clipping, optimizer.params.lr, "
+            "optimizer.params.weight_decay, fp16.enabled") in flat
+    assert out.count("also:") == 1

@@ -68,6 +68,8 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
     if trace is not None and not report.files:
         fate = _trace_verdict(trace, table, red.text)
     grouped = problems.group(report.symptoms, report.findings, fate)
+    if fate.preflight_errors is not None:  # counted over the problems shown, not the findings
+        fate = verdict.preflight(fate, grouped)
     grouped, fate = retry.assess(grouped, fate, scan.facts, [_lines(p, report) for p in grouped],
                                  *_retry_rules())
     return replace(report, verdict=fate, ranks=table, problems=grouped)

@@ -245,8 +245,17 @@ def _also(ranked: Sequence[Finding], fixer: Finding | None) -> tuple[str, ...]:
     printed once, naming both."""
     notes: dict[str, list[str]] = {}
     told = {_same_text(fixer.fix)} if fixer is not None and fixer.fix else set()
+    # the lead rule again at two or more other keys (DS310 at each "auto" key): one line naming
+    # the keys, not the same sentence once per key (one other key keeps its own sentence)
+    again = [f.config_path for f in ranked if f is not fixer and fixer is not None
+             and f.rule == fixer.rule and f.config_path and f.config_path != fixer.config_path]
+    if len(set(again)) < 2:
+        again = []
+    if again and fixer is not None:
+        keys = list(dict.fromkeys(again))
+        notes[f"the same at {', '.join(keys)}"] = [f"{fixer.rule} {fixer.name}"]
     for f in ranked:
-        if f is fixer:
+        if f is fixer or (fixer is not None and f.rule == fixer.rule and f.config_path in again):
             continue
         if fixer is not None and (f.name in CONFIG_WITNESSES or (
                 f.fix_change is not None and f.fix_change == fixer.fix_change)):

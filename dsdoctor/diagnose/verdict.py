@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from dsdoctor.diagnose.fingerprint import fingerprint
 from dsdoctor.diagnose.ranks import rank_ranges
 from dsdoctor.logs.tracebacks import is_interrupt, traceback_only
-from dsdoctor.model import Evidence, Finding, Symptom, TimelinePoint, Verdict
+from dsdoctor.model import Evidence, Finding, Problem, Symptom, TimelinePoint, Verdict
 
 if TYPE_CHECKING:
     from dsdoctor.diagnose.ranks import RankTable
@@ -298,6 +298,20 @@ def _age_phrase(age_s: float | None) -> str:
     return f"; the file was last written {int(age_s // 86400)} days ago"
 
 
+def preflight(v: Verdict, items: Iterable[Finding] | Iterable[Problem]) -> Verdict:
+    """A pre-flight's verdict, as a linter's summary: its errors and warnings counted (over the
+    problems once they are grouped, so that the headline and the summary line agree); the fate
+    stays unknown, and ``preflight_errors`` makes the JSON's ``error`` true when there are any."""
+    severities = [i.severity for i in items]
+    counts = {sev: severities.count(sev) for sev in ("error", "warning")}
+    told = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items() if n)
+    what = (f"{told} in the inputs; fix {'it' if counts['error'] == 1 else 'them'} before "
+            "launching" if counts["error"]
+            else f"no error in the inputs{f' ({told})' if told else ''}")
+    return replace(v, sentence=f"unknown: pre-flight check (no log): {what}",
+                   preflight_errors=counts["error"])
+
+
 def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
            findings: Iterable[Finding], progress: Progress, has_log: bool,
            lifecycle: Lifecycle | None = None, ranks: RankTable | None = None) -> Verdict:
@@ -326,14 +340,7 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
                        fingerprint=fingerprint(cause.text) if cause is not None else None)
 
     if not has_log:
-        # like a linter's summary: what the check found, the errors first (the fate stays unknown)
-        counts = {sev: sum(f.severity == sev for f in findings) for sev in ("error", "warning")}
-        told = ", ".join(f"{n} {sev}{'s' if n != 1 else ''}" for sev, n in counts.items() if n)
-        what = (f"{told} in the inputs; fix {'it' if counts['error'] == 1 else 'them'} before "
-                "launching" if counts["error"]
-                else f"no error in the inputs{f' ({told})' if told else ''}")
-        return replace(verdict("unknown", f"pre-flight check (no log): {what}"),
-                       preflight_errors=counts["error"])
+        return preflight(verdict("unknown", "pre-flight check (no log)"), findings)
 
     hang = get("hang")
     if hang is not None:
