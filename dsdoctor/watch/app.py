@@ -200,7 +200,7 @@ class WatchApp(App):
             yield Static("", id="status")
             yield Static("", id="machine")
             yield Static("", id="plots", classes="empty")
-            yield Static("", id="stall")
+            yield Static("", id="stall", classes="roomy")  # the bottom row starts empty
             with Horizontal(id="top", classes="empty"):
                 yield OptionList(id="findings")
                 with VerticalScroll(id="detail"):
@@ -383,7 +383,6 @@ class WatchApp(App):
             return
         for line in self.stack_lines:
             text.append("\n" + self._red.text(line))
-        text.overflow = "fold"  # stack lines wrap, a path without spaces folds: nothing runs off
         banner.update(text)
 
     def _set_sub_title(self) -> None:
