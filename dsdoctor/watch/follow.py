@@ -45,6 +45,7 @@ class Follower:
         for t in self.tailers:
             t.on_progress = self._on_progress
             t.on_tick = self._on_tick
+            t.on_overflow = self._on_overflow
         self.state = WatchState()
         # the launcher's "spawned with command" lines (pid and argv), from the last snapshot:
         # watch LOG finds the ranks' pids in them (spawned.py)
@@ -61,6 +62,10 @@ class Follower:
         if change:
             with self._lock:
                 self._changes.append(change)
+
+    def _on_overflow(self, ev: Evidence, values: dict) -> None:
+        # a skipped step is no progress, but its scale is what collapses (series.py)
+        self.series.overflow(ev.rank, values)
 
     @property
     def bar(self) -> TqdmTick | None:
@@ -127,5 +132,5 @@ class Follower:
                      for t in self.tailers]
         self.launch_facts = tuple(f for f in res.facts
                                   if f.name == "launch-argv" and "pid" in f.values)
-        self.state = watch_state(self.inputs, res, self.state)
+        self.state = watch_state(self.inputs, res, self.state, self.series.skipped)
         return self.state

@@ -16,12 +16,13 @@ from typing import BinaryIO
 from dsdoctor.diagnose.pipeline import findings_of
 from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.logs.scan import Scanner, ScanResult, TailScanner
-from dsdoctor.model import Evidence, Finding
-from dsdoctor.render.analysis import timeline_summary
+from dsdoctor.model import Evidence, Finding, TimelinePoint
+from dsdoctor.render.analysis import _fmt_num
 from dsdoctor.safeio import one_line
 from dsdoctor.watch.progress import TICK_CARRY_BYTES, TqdmTick, find_ticks
 
 POLL_SECONDS = 0.5
+OVERFLOW = "fp16-overflow"  # the symptom of a scaler's "OVERFLOW! ... Skipping step" line
 READ_BYTES = 4 << 20
 HEAD_BYTES = 64  # identity of the followed file, to notice a truncate-and-regrow
 MAX_RECOVERED_BYTES = 64 << 20  # most bytes read back from a copytruncate copy
@@ -69,6 +70,8 @@ class Tailer:
         self.events: list[tuple[str, Evidence, dict]] = []
         # hook for watch/follow.py: timeline events are progress (stall detection)
         self.on_progress: Callable[[Evidence, dict], None] | None = None
+        # and the fp16 scaler's overflow lines (a skipped step, the scale it goes to)
+        self.on_overflow: Callable[[Evidence, dict], None] | None = None
         # and tqdm ticks, found in the raw bytes (a bar without a loss has no format pattern)
         self.on_tick: Callable[[str, TqdmTick], None] | None = None
         self._newlines = 0  # line ends fed so far: the line number of a tick
@@ -108,6 +111,8 @@ class Tailer:
     def _on_event(self, kind: str, ev: Evidence, values: dict) -> None:
         if kind == "timeline" and self.on_progress is not None:
             self.on_progress(ev, values)
+        if kind == OVERFLOW and self.on_overflow is not None:
+            self.on_overflow(ev, values)
         if kind == "timeline" or kind.startswith("fact:"):
             return
         with self._lock:
@@ -237,8 +242,30 @@ class Tailer:
         return watch_state(self.inputs, self.tail.result(), self.state)
 
 
-def watch_state(inputs: AnalysisInputs, res: ScanResult, previous: WatchState) -> WatchState:
-    """What the UI shows for a scan so far: the rules evaluated on it (one or several logs)."""
+def live_timeline(points: list[TimelinePoint], skipped_seen: int = 0) -> str:
+    """The status line's run summary, short enough for 80 columns, skipped steps by the steps:
+    ``steps 0-17, skipped steps 17, loss 2.3 → nan, loss scale 65536 → 1``. ``skipped_seen``
+    counts the overflow lines, which come before the next step line says ``skipped=N``."""
+    steps = [p.step for p in points if p.step is not None]
+    losses = [p.loss for p in points if p.loss is not None]
+    scales = [p.loss_scale for p in points if p.loss_scale is not None]
+    skipped = max([p.skipped for p in points if p.skipped is not None] + [skipped_seen])
+    parts = []
+    if steps:
+        parts.append(f"steps {min(steps)}–{max(steps)}")
+    if skipped:
+        parts.append(f"skipped steps {skipped}")
+    if losses:
+        parts.append(f"loss {_fmt_num(losses[0])} → {_fmt_num(losses[-1])}")
+    if scales:
+        parts.append(f"loss scale {_fmt_num(scales[0])} → {_fmt_num(scales[-1])}")
+    return ", ".join(parts)
+
+
+def watch_state(inputs: AnalysisInputs, res: ScanResult, previous: WatchState,
+                skipped: int = 0) -> WatchState:
+    """What the UI shows for a scan so far: the rules evaluated on it (one or several logs);
+    ``skipped``: the steps skipped as counted from the overflow lines (LiveSeries.overflow)."""
     try:
         findings = findings_of(inputs, res)
         error = ""
@@ -249,6 +276,6 @@ def watch_state(inputs: AnalysisInputs, res: ScanResult, previous: WatchState) -
         bytes=sum(f.bytes for f in res.files),
         symptoms=tuple(sorted(res.symptoms.values(), key=lambda s: (s.first.file, s.first.line))),
         findings=tuple(findings),
-        timeline=timeline_summary(tuple(res.timeline)),
+        timeline=live_timeline(res.timeline, skipped),
         error=error,
     )
