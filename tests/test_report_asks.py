@@ -356,3 +356,52 @@ def _small_config(tmp_path: Path) -> Path:
     p = tmp_path / "ds.json"
     p.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}\n')
     return p
+
+
+# ------------------------------------------------------------------------------ issue 23's asks
+
+def test_pasted_launch_command_continued_over_indented_lines_is_kept_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A command pasted as users type it: options one per line, each line ending in a backslash.
+    log = tmp_path / "train.log"
+    log.write_text("$ deepspeed --num_gpus 2 train.py \\\n"
+                   "    --deepspeed ds_config.json \\\n"
+                   "    --model_name_or_path facebook/opt-125m \\\n"
+                   "    --per_device_train_batch_size 4\n\n"
+                   "Traceback (most recent call last):\n"
+                   '  File "/home/alice/proj/train.py", line 89, in <module>\n'
+                   "    main()\n"
+                   "ValueError: boom\n")
+    rc, body, _ = _report(tmp_path, str(log), "--force")
+    capsys.readouterr()
+    assert rc == 0
+    assert ("deepspeed \\\n    --num_gpus 2 \\\n    train.py \\\n    --deepspeed ds_config.json \\\n"
+            "    --model_name_or_path facebook/opt-125m \\\n    --per_device_train_batch_size 4\n```") in body
+    # the config the joined command passes is the one asked for
+    assert "run `dsdoctor report` again with `--config ds_config.json`" in body
+
+
+def test_paste_ending_in_a_cut_traceback_header_is_a_cut_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("{'loss': 2.1234, 'learning_rate': 1e-05, 'epoch': 0.01}\n"
+                   "{'loss': 2.0876, 'learning_rate': 2e-05, 'epoch': 0.02}\n"
+                   "Traceback (most r\n")
+    rc, body, _ = _report(tmp_path, str(log), "--force")
+    capsys.readouterr()
+    assert rc == 0
+    assert "no error line" not in body.lower()
+    assert "a traceback cut in its first line (the log ends with 'Traceback (most r')" in body
+    assert "**The traceback is cut:**" in body
+
+
+def test_nearly_every_step_skipped_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 15 of the 17 steps of this real run were skipped by the loss scaler
+    log = SAMPLES / "fp16_loss_scale_collapse" / "train.log"
+    rc, body, _ = _report(tmp_path, str(log), "--force")
+    capsys.readouterr()
+    assert "- **Nearly every step was skipped:** 15 of 17 steps (88%)" in body
+    # a few skips while the scale warms up are normal: not said
+    rc, body, _ = _report(tmp_path, str(SAMPLES / "fp16_overflow_warmup" / "train.log"), "--force")
+    capsys.readouterr()
+    assert "steps skipped by the fp16 loss scaler: 11" in body and "Nearly every step" not in body
