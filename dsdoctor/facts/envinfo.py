@@ -10,7 +10,6 @@ down, and so that ``dsdoctor env`` stays fast on machines without them.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -487,19 +486,28 @@ def validate_snapshot(data: Any, where: str = "snapshot") -> dict[str, Any]:
     return data
 
 
-@functools.cache
-def _local_snapshot() -> dict[str, Any]:
+#: This machine's snapshots, by whether they hold DeepSpeed's op report.
+_LOCAL: dict[bool, dict[str, Any]] = {}
+
+
+def _local_snapshot(ops: bool = False) -> dict[str, Any]:
     # Once per process: `report` loads the env and its analysis loads it again, and `watch`
-    # re-runs the rules on every refresh; the machine does not change in between.
-    return collect(ops=False)
+    # re-runs the rules on every refresh; the machine does not change in between. One with the
+    # op report serves a caller that does not need it.
+    if True in _LOCAL:
+        return _LOCAL[True]
+    if ops not in _LOCAL:
+        _LOCAL[ops] = collect(ops=ops)
+    return _LOCAL[ops]
 
 
-def load_snapshot(path: str) -> dict[str, Any]:
-    """Read an environment snapshot: ``local`` collects one (without the op report, once per
-    process), anything else is a JSON file from ``dsdoctor env --format json``. Bad input raises
+def load_snapshot(path: str, ops: bool = False) -> dict[str, Any]:
+    """Read an environment snapshot: ``local`` collects one (once per process; DeepSpeed's op
+    report, as ``ds_report`` prints it, only with ``ops``: ``report`` pastes it, the rules do not
+    need it), anything else is a JSON file from ``dsdoctor env --format json``. Bad input raises
     UsageError. The result is shared: do not modify it."""
     if path == "local":
-        return _local_snapshot()
+        return _local_snapshot(ops)
     # a FIFO or device is refused before reading; the read is capped (issue 14, item 4)
     raw = read_bounded(path, _MAX_SNAPSHOT_BYTES, "--env", "pass the JSON file written by "
                        "'dsdoctor env --format json --output FILE'")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsdoctor.diagnose.problems import NEVER_LEAD
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import config_bytes
 from dsdoctor.facts.envnodes import node_differences, node_name
@@ -315,8 +316,8 @@ def triage(report: Report | None, have_log: bool) -> list[Finding]:
         return []
     out = []
     for f in report.findings:
-        if f.severity != "error" or not f.fix.strip():
-            continue
+        if f.severity != "error" or not f.fix.strip() or f.rule in NEVER_LEAD:
+            continue  # a side note never heads the body
         user_side = f.rule in USER_SIDE_RULES or f.rule.startswith(("DS2", "DS3"))
         # With a log, only a finding resting on its lines explains *this* failure.
         if user_side and (bool(f.evidence) or not have_log):
