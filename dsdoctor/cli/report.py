@@ -130,7 +130,10 @@ def run(args: argparse.Namespace) -> int:
     red = Redactor(paths=not args.keep_paths, hosts=not args.keep_hosts, this_machine=True)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
     env_paths = expand_envs(args.env or [])
-    envs = [(p, cached("env", p, envinfo.load_snapshot)) for p in env_paths]
+    # `--env local` collects DeepSpeed's op report too (in a child process, as `env` does): the
+    # body's "ds_report output" is then filled, not asked for.
+    envs = [(p, envinfo.load_snapshot(p, ops=True) if p == "local" else cached("env", p, envinfo.load_snapshot))
+            for p in env_paths]
     # Shell launch scripts are read for their commands (never run); Python scripts also go to the
     # analysis, which parses them.
     shell = [s for s in args.script or [] if is_shell_script(s)]
