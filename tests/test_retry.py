@@ -170,3 +170,25 @@ def test_a_joining_rules_no_beats_the_leads_unknown() -> None:
     assert retry.problem_answer(maybe, {**infos, "DS999": yes_rule}, {}, line,
                                 saved=False).value == "unknown"
 
+
+def test_text_and_markdown_say_the_answer_under_the_verdict() -> None:
+    """The answer (and, where a retry may help, the steps a resume loses) is the line after the
+    verdict in text and Markdown; a healthy run has no retry line."""
+    from dataclasses import replace
+
+    from dsdoctor.render.analysis import render, retry_line
+
+    rep = run_analysis([str(SAMPLES / "checkpoint_disk_full" / "train.log")], engine="python")
+    text = render(rep, "text", color=False).splitlines()
+    assert text[1].startswith("Retry: no — the disk or quota stays full"), text[:3]
+    assert "loses" not in retry_line(rep)  # no retry helps: no cost to quote
+    md = render(rep, "markdown").splitlines()
+    assert md[4].startswith("**Retry**: no — the disk"), md[:6]
+    # were it transient: the steps done since global_step5 are what a resume loses
+    assert rep.verdict is not None and rep.verdict.steps_lost is not None
+    maybe = replace(rep, verdict=replace(rep.verdict, retriable="unknown", steps_lost=3))
+    assert retry_line(maybe).endswith("; a resume from the checkpoint of step 5 loses 3 steps")
+    healthy = run_analysis([str(SAMPLES / "healthy_zero2_trainer" / "train.log")],
+                           engine="python")
+    assert retry_line(healthy) is None
+    assert not any(line.startswith("Retry") for line in render(healthy, "text").splitlines())
