@@ -189,27 +189,28 @@ def culprit_answer(table: RankTable | None, problems: Sequence[Problem],
         frame = culprit.frame
         if culprit.kind == "outside" and (frame is None or _DATA_FRAME.search(
                 f"{frame.file} {frame.function}")):
-            return Retry(UNKNOWN, f"{who} was in no collective and the log does not show code "
-                         "that skips it: a code path that skips the collective recurs, a stalled "
-                         "read (a network filesystem) or a slow node need not")
+            return Retry(UNKNOWN, "a code path that skips the collective recurs, a stalled read "
+                         f"(a network filesystem) or a slow node need not: {who} was in no "
+                         "collective and the log does not say where")
         at = f" at {frame.short}" if frame is not None else ""
-        return Retry(NO, f"{who} took another code path than the ranks that waited{at} (a "
-                     "desync): the same code desyncs again on a retry")
+        return Retry(NO, f"the same code desyncs again on a retry: {who} took another path than "
+                     f"the ranks that waited{at} (a desync)")
     if culprit.kind == "failed-first":
         state = next((s for s in table.ranks if s.rank in culprit.ranks), None) if table else None
         said = [t for t in (state.exception if state else None,
                             culprit.evidence.text if culprit.evidence else None) if t]
         for p, answer, lines in zip(problems, answers, problem_lines):
             if p.cause != "hang" and any(t in line for t in said for line in lines):
-                return Retry(answer.value, f"{who} failed first and the others only waited: "
-                             f"{answer.reason}")
+                return Retry(answer.value, f"{answer.reason} ({who} failed first; the others "
+                             "only waited)")
         for case in CAUSE_CASES:
             if any(re.search(case["text"], t, re.IGNORECASE) for t in said):
-                return Retry(case["value"], f"{who} failed first: {case['reason']}")
-        return Retry(UNKNOWN, f"{who} failed first, and nothing says whether its failure recurs")
+                return Retry(case["value"], f"{case['reason']} ({who} failed first)")
+        return Retry(UNKNOWN, f"nothing says whether the failure of {who}, which failed first, "
+                     "recurs")
     if culprit.kind == "vanished":
-        return Retry(UNKNOWN, f"{who} went away without a word (SIGKILL: the OOM killer kills it "
-                     "again at the same point, a lost node or a cancel does not)")
+        return Retry(UNKNOWN, "the OOM killer kills again at the same point, a lost node or a "
+                     f"cancel does not: {who} went away without a word (SIGKILL, nothing says why)")
     return None
 
 

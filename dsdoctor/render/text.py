@@ -126,9 +126,14 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
 
 def _retry(out: _Printer, report: Report) -> None:
     """Whether a retry can help, and why, right under the verdict (diagnose/retry.py)."""
+    from rich.text import Text  # noqa: PLC0415
+
     said = retry_line(report)
-    if said is not None:
-        out.styled([("Retry", "bold"), (f": {said}", "")])
+    if said is not None:  # one line, cut at the width: the JSON and Markdown have it whole
+        t = Text()
+        t.append("Retry", style="bold")
+        t.append(f": {said}")
+        out.console.print(t, overflow="ellipsis", no_wrap=True)
 
 
 def _ranks(out: _Printer, report: Report) -> None:
