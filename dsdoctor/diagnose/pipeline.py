@@ -69,7 +69,7 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
         fate = _trace_verdict(trace, table, red.text)
     grouped = problems.group(report.symptoms, report.findings, fate)
     grouped, fate = retry.assess(grouped, fate, scan.facts, [_lines(p, report) for p in grouped],
-                                 *_retry_rules())
+                                 *_retry_rules(), table=table)
     return replace(report, verdict=fate, ranks=table, problems=grouped)
 
 

@@ -128,6 +128,12 @@ class Redactor:
         """Remember user and host names found in ``text`` (only when hiding them)."""
         self._identity.learn(text)
 
+    def add_host(self, host: str) -> None:
+        """Hide ``host`` everywhere from now on (only when hiding hosts): a node the analysis
+        named (the per-rank table's hosts) that no line's context marks as a host."""
+        if self.hosts:
+            self._identity.add_host(host)
+
     def _learn_pair(self, key: str, value: str) -> None:
         k = key.lower()
         if k in _HOST_KEYS:

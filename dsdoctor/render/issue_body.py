@@ -144,6 +144,20 @@ def _findings_md(report: Report | None, red: Redactor) -> list[str]:
     return out
 
 
+def _ranks_md(report: Report | None, red: Redactor) -> str:
+    """Which rank made the others wait (the culprit's sentence) and the per-rank table, grouped
+    by state (diagnose/ranks.py): the question a maintainer asks first about a hang; nothing
+    when every rank ended alike and none stands out."""
+    table = report.ranks if report is not None else None
+    if table is None or (len(table.groups) < 2 and table.culprit is None):
+        return ""
+    for host in dict.fromkeys(r.host for r in table.ranks if r.host):
+        red.add_host(host)  # the launcher's rank mapping names the nodes: hidden like any host
+    said = f": {red.text(table.culprit.sentence)}." if table.culprit is not None else ":"
+    rows = "\n".join(red.text(line).replace("`", "'") for line in table.lines())
+    return f"**Ranks** ({len(table.ranks)}, by state){said}\n\n```text\n{rows}\n```"
+
+
 def _pkg_versions(env: dict[str, Any] | None) -> dict[str, str | None]:
     return dict((env or {}).get("packages") or {})
 
@@ -424,6 +438,9 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     cfg_md = "#### Config\n\n" + config_md(configs, printed, report, launch) if kind != "env" else ""
     env_md = render_markdown(env, heading="####") if env is not None else None
     diag = ["**Diagnosis by dsdoctor**", ""] + (findings or ["_dsdoctor found no known failure pattern._"])
+    ranks_md = _ranks_md(report, red)
+    if ranks_md:
+        diag += ["", ranks_md]
     steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("minimal script/command and data to "
              "reproduce (only you can answer this)") + "\n2. Launch command and config below\n3. See error")
     if kind == "install":
