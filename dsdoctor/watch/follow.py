@@ -87,7 +87,7 @@ class Follower:
         return self._caught_up
 
     def _lines(self) -> int:
-        return sum(t.tail.lines_read for t in self.tailers)
+        return sum(t.lines_read for t in self.tailers)
 
     def poll(self) -> bool:
         """Read what is new in every log; True when something was read."""
@@ -109,7 +109,7 @@ class Follower:
 
     def flush(self, final: bool = False) -> None:
         for t in self.tailers:
-            t.tail.flush(final=final)
+            t.flush(final=final)
 
     def take_events(self) -> list[tuple[str, Evidence, dict]]:
         out: list[tuple[str, Evidence, dict]] = []
