@@ -26,8 +26,10 @@ _HOST_KEYS = frozenset({"hostname", "host", "node", "nodename", "master_addr", "
 _USER_KEYS = frozenset({"user", "username", "logname", "slurm_job_user", "sudo_user"})
 
 
-# A run of URL-encoded text ("next=https%3A%2F%2Fu%3Ap%40h", "sig=ab%2Bc%3D").
-_ENCODED_RUN = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
+# A run that may hold URL-encoded text ("next=https%3A%2F%2Fu%3Ap%40h", "sig=ab%2Bc%3D"): every
+# maximal run, so that the search never restarts inside one (linear); _redact_encoded leaves a
+# run without an escape as it is.
+_ENCODED_RUN = re.compile(r"[^\s\"'<>]++")
 # What quote() keeps as is when an encoded run is re-encoded after redaction.
 _URL_SAFE = "/:?&=@;,+$-_.!~*'()<>[]#"
 
@@ -39,6 +41,8 @@ def _redact_plain(text: str) -> str:
 def _redact_encoded(m: re.Match[str]) -> str:
     """A URL-encoded run, decoded, redacted and (only if something was found) re-encoded."""
     run = m.group(0)
+    if "%" not in run:
+        return run
     decoded = unquote(run)
     if decoded == run:
         return run
