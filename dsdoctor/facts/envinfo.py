@@ -26,7 +26,8 @@ from typing import Any
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
 from dsdoctor.facts import env_child, envdisks
-from dsdoctor.redact import Redactor
+from dsdoctor.facts.envsettings import NOT_SHOWN, is_setting
+from dsdoctor.redact import REDACTED, Redactor
 from dsdoctor.safeio import read_bounded
 
 SCHEMA_VERSION = 1
@@ -328,10 +329,14 @@ def _installed(name: str, python: str, packages: Mapping[str, str | None]) -> bo
 
 
 def relevant_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that matter to distributed training, secrets redacted."""
+    """The environment variables that matter to distributed training: the values of known
+    settings (secrets redacted), the names only of the rest (``envsettings``)."""
     environ = os.environ if environ is None else environ
     picked = {k: v for k, v in environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
-    return Redactor().env(dict(sorted(picked.items())))
+    shown = Redactor().env(dict(sorted(picked.items())))
+    # a secret-named variable stays "<redacted>": that says more than "<not shown>"
+    return {k: v if v == REDACTED or is_setting(k, picked[k], ENV_NAMES) else NOT_SHOWN
+            for k, v in shown.items()}
 
 
 #: The size of one rank's buffer of DeepSpeed's shm allreduce: 2 x 1 MiB + 2 x 32 MiB
