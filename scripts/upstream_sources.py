@@ -24,8 +24,11 @@ from pathlib import Path
 RELEASES = [
     ("transformers==4.27.4", "huggingface/transformers", "v4.27.4", "src/"),
     ("transformers==4.28.0", "huggingface/transformers", "v4.28.0", "src/"),
+    ("transformers==4.44.2", "huggingface/transformers", "v4.44.2", "src/"),
     ("transformers==4.46.1", "huggingface/transformers", "v4.46.1", "src/"),
+    ("transformers==4.46.2", "huggingface/transformers", "v4.46.2", "src/"),
     ("transformers==4.46.3", "huggingface/transformers", "v4.46.3", "src/"),
+    ("transformers==4.47.0", "huggingface/transformers", "v4.47.0", "src/"),
     ("transformers==4.47.1", "huggingface/transformers", "v4.47.1", "src/"),
     ("transformers==4.57.6", "huggingface/transformers", "v4.57.6", "src/"),
     ("transformers==5.23.0", "huggingface/transformers", "v5.23.0", "src/"),

@@ -393,3 +393,84 @@ def test_env_python_that_is_not_an_interpreter_is_one_line(capsys: pytest.Captur
     assert main(["env", "--python", str(tmp_path / "nope"), "--no-ops"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--python" in err and "not an executable file" in err
+
+
+# ------------------------------------------------------------------------------ issue 23: /dev/shm, disks, DeepSpeed's stderr
+
+def test_shm_usage_counts_deepspeed_leftover_buffers(tmp_path: Path) -> None:
+    from dsdoctor.facts.envdisks import probe_shm
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    # the names DeepSpeed's shm allreduce gives its buffers (csrc/cpu/comm/shm.cpp), per rank
+    for rank in range(3):
+        (shm / f"deepspeed_allreduce_buffer_1000_127.0.0.1_29500_{rank}").write_bytes(b"\0" * 4096)
+    (shm / "torch_1234_5678").write_bytes(b"\0" * 100)
+    got = probe_shm(str(shm))
+    assert got is not None and got["path"] == str(shm)
+    assert got["deepspeed_buffers"] == 3 and got["deepspeed_bytes"] == 3 * 4096
+    assert 0 <= got["used_bytes"] <= got["total_bytes"]
+    assert probe_shm(str(tmp_path / "absent")) is None
+    # 15 leftover 66 MiB buffers in a 1 GiB /dev/shm: said, in the snapshot's notes and as DS247
+    one = envinfo.DEEPSPEED_SHM_BUFFER_BYTES
+    full = {"total_bytes": 1 << 30, "used_bytes": 15 * one, "deepspeed_buffers": 15,
+            "deepspeed_bytes": 15 * one}
+    said = envinfo.shm_filled_by_deepspeed(full)
+    assert said == ("/dev/shm is 96% full (990 of 1024 MiB); 15 DeepSpeed buffer(s) "
+                    "(/dev/shm/deepspeed_*, 990 MiB) take 96% of it")
+    assert envinfo.shm_filled_by_deepspeed({**full, "total_bytes": 32 << 30}) is None
+    assert envinfo.shm_filled_by_deepspeed({**full, "deepspeed_buffers": 0, "deepspeed_bytes": 0}) is None
+    snap = {"cpu": {"count": 2}, "shm": {"path": "/dev/shm", **full}}
+    assert "/dev/shm 990.0 MiB used of 1.0 GiB (96%), 15 DeepSpeed buffers 990.0 MiB" in render_markdown(snap)
+
+
+def test_shm_finding_from_the_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    one = envinfo.DEEPSPEED_SHM_BUFFER_BYTES
+    env = tmp_path / "env.json"
+    env.write_text(json.dumps({"schema_version": 1, "cpu": {"count": 2}, "shm": {
+        "path": "/dev/shm", "total_bytes": 1 << 30, "used_bytes": 15 * one,
+        "deepspeed_buffers": 15, "deepspeed_bytes": 15 * one}}))
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1}')
+    main(["analyze", "--config", str(cfg), "--env", str(env), "--format", "json"])
+    found = [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "DS247"]
+    assert len(found) == 1 and "15 DeepSpeed buffer(s)" in found[0]["message"]
+
+
+def test_only_real_disks_are_listed() -> None:
+    from dsdoctor.render.env import disks_summary
+
+    snap = {"disks": [
+        {"mountpoint": "/", "device": "/dev/vda", "fstype": "ext4", "disks": ["vda"], "rotational": True},
+        {"mountpoint": "/dev/shm", "device": "shm", "fstype": "tmpfs"},
+        {"mountpoint": "/mnt/sandboxing/model_tools_env/v1/python", "device": "tmpfs", "fstype": "tmpfs"},
+        {"mountpoint": "/sys/fs/cgroup", "device": "tmpfs", "fstype": "tmpfs"},
+        {"mountpoint": "/var/lib/docker/overlay2/abc/merged", "device": "overlay", "fstype": "overlay"},
+        {"mountpoint": "/shared", "device": "fs01:/export/shared", "fstype": "nfs4"},
+    ]}
+    assert disks_summary(snap) == ("/ ext4 on vda (HDD (rotational)); /dev/shm tmpfs (RAM); "
+                                   "/shared nfs4 (network)")
+
+
+def test_deepspeed_stderr_is_a_section_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    from dsdoctor.render.env import render_text
+
+    long = ("[2026-11-28 12:09:49,813] [WARNING] [real_accelerator.py:213:get_accelerator] Setting "
+            "accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.")
+    ops = {"version": "0.19.8", "accelerator": "cpu", "ops": {"cpu_adam": {"installed": False,
+                                                                         "compatible": True}},
+           "warnings": [long], "stderr": [f"line {i}" for i in range(60)]}
+    render_text({"cpu": {"count": 2}, "deepspeed_ops": ops})
+    out = capsys.readouterr().out
+    head, _, section = out.partition("DeepSpeed's messages while probing its ops:")
+    assert "cpu_adam" in head and long not in head
+    assert long in section.splitlines()  # one line, as printed: not re-wrapped
+    assert "line 18" in section and "line 19" not in section and "[... 41 more lines]" in section
+
+
+def test_child_probe_stderr_is_kept_apart_and_bounded() -> None:
+    code = ("import sys\nfor i in range(80): print(f'builder warning {i}', file=sys.stderr)\n"
+            "print('@@DSDOCTOR@@{\"version\": \"x\"}')\n")
+    got = env_child.finish_probe(env_child.run_probe(sys.executable, code), "test", 60)
+    assert got["version"] == "x"
+    assert got["stderr"] == [f"builder warning {i}" for i in range(30, 80)]

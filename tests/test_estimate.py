@@ -192,3 +192,62 @@ def test_cli_unknown_architecture(tmp_path, capsys) -> None:
     (tmp_path / "config.json").write_text('{"model_type": "mamba", "hidden_size": 768}')
     assert main(["estimate", "--model", str(tmp_path)]) == 2
     assert "--params" in capsys.readouterr().err
+
+
+# --- fits on this GPU / in this RAM (issue 23) ---------------------------------------------------
+
+def test_cli_fits_column_for_the_given_gpu_and_ram(tmp_path, capsys) -> None:
+    from dsdoctor.cli.main import main
+
+    d = _t0_dir(tmp_path)
+    assert main(["estimate", "--model", str(d), "--gpu-memory", "24GB", "--host-ram", "64GB"]) == 0
+    out = capsys.readouterr().out
+    assert "Checked against: 24.00GB per GPU, 64.00GB RAM per node (from --gpu-memory, --host-ram)." in out
+    # DeepSpeed's rows, each with whether it fits (70 GB of RAM > 64, 51.86 GB per GPU > 24)
+    assert "   62.23GB |   5.19GB | offload_optimizer=cpu  | fits" in out
+    assert "   15.56GB |  51.86GB | offload_optimizer=none | no: GPU" in out
+    assert "   70.00GB |   0.25GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1 | no: RAM" in out
+    assert "activations need room besides" in out
+
+
+def test_cli_json_is_structured_and_takes_the_snapshots_gpu(tmp_path, capsys) -> None:
+    from dsdoctor.cli.main import main
+
+    d = _t0_dir(tmp_path)
+    env = tmp_path / "env.json"
+    env.write_text(json.dumps({"schema_version": 1, "cpu": {"count": 96, "ram_total_bytes": 1 << 40},
+                               "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-80GB",
+                                         "memory_total_bytes": 85899345920},
+                                        {"index": 1, "name": "NVIDIA A10", "memory_total_bytes": 24 << 30}]}))
+    assert main(["estimate", "--model", str(d), "--env", str(env), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    model = data["model"]
+    assert model["architecture"] == "T5ForConditionalGeneration" and model["parameters"] == 2_783_959_040
+    assert model["layers"] == 24 and model["hidden_size"] == 2048 and model["vocab_size"] == 32128
+    assert model["largest_layer"] == {"name": "shared", "parameters": 65_798_144}
+    # the smallest GPU fills first
+    assert data["hardware"] == {"gpu_memory_bytes": 24 << 30, "host_ram_bytes": 1 << 40,
+                                "gpu_name": "NVIDIA A10", "source": str(env)}
+    fits = [r["fit"] for r in data["zero2"]["rows"]]
+    assert fits == [{"gpu": True, "cpu": True, "fits": True}, {"gpu": False, "cpu": True, "fits": False}]
+    # --gpu-memory wins over the snapshot's
+    assert main(["estimate", "--model", str(d), "--env", str(env), "--gpu-memory", "80GiB",
+                 "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "| 15.56 GB | 51.86 GB | `offload_optimizer=none` | fits |" in md
+    # without a machine: no fit column, the table as DeepSpeed prints it
+    assert main(["estimate", "--params", "7e9", "--largest-layer", "1e8", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["hardware"] is None and "fit" not in data["zero3"]["rows"][0]
+    assert data["model"] == {"name": None, "parameters": 7_000_000_000,
+                             "largest_layer": {"name": None, "parameters": 100_000_000}}
+
+
+@pytest.mark.parametrize("argv,needle", [(["--gpu-memory", "lots"], "not a size"),
+                                         (["--host-ram", "0"], "between 1 byte")])
+def test_cli_bad_sizes(tmp_path, argv, needle, capsys) -> None:
+    from dsdoctor.cli.main import main
+
+    assert main(["estimate", "--model", str(_t0_dir(tmp_path)), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1

@@ -36,14 +36,15 @@ def test_collapse_its_nan_and_its_exit_are_one_problem() -> None:
     assert [e.line for e in p.evidence[:2]] == [246, 267]
 
 
-def test_collapse_text_prints_one_problem_each_evidence_line_once_in_26_lines(monkeypatch) -> None:
+def test_collapse_text_prints_one_problem_each_evidence_line_once_in_27_lines(monkeypatch) -> None:
     monkeypatch.chdir(REPO)  # paths as a user in the repository gives them (sample_logs/...)
     folder = Path("sample_logs") / "fp16_loss_scale_collapse"
     rep = run_analysis([str(folder / "train.log")], configs=[str(folder / "ds_config.json")],
                        engine="python")
     text = render_text(rep, color=False, width=100)
     lines = text.splitlines()
-    assert len(lines) <= 26, text  # 25, and one for DS103's own fix on its also line (issue 20)
+    # 25, one for DS103's own fix on its also line (issue 20), one for the retry answer
+    assert len(lines) <= 27, text
     assert all(len(line) <= 100 for line in lines)
     assert lines[0].startswith("FAILED: the fp16 loss scale collapsed")
     assert len(re.findall(r"^problem \d+ of \d+", text, re.MULTILINE)) == 1

@@ -136,3 +136,29 @@ def test_env_snapshots_of_two_nodes_are_compared(tmp_path: Path,
     (envs / "env-node1.json").write_text(json.dumps(_snapshot("2.5.1", "2.21.5")))
     main(["analyze", "--config", str(cfg), "--env", str(envs), "--format", "json"])
     assert not [f for f in json.loads(capsys.readouterr().out)["findings"] if f["rule"] == "DS246"]
+
+
+def test_report_reads_node_folders_and_every_nodes_env(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``report`` takes the inputs ``analyze`` takes: the node folders are read as their logs (the
+    excerpt and the per-rank table span them) and every --env snapshot reaches the analysis, so
+    DS246 and the culprit are in the issue body, the nodes' names hidden like any host."""
+    (tmp_path / "logs").mkdir()
+    _split_by_node(tmp_path / "logs")
+    for name, torch, nccl in (("env-node0.json", "2.5.1", "2.21.5"),
+                              ("env-node1.json", "2.4.1", "2.20.5")):
+        (tmp_path / name).write_text(json.dumps(_snapshot(torch, nccl)), encoding="utf-8")
+    out = tmp_path / "issue.md"
+    code = main(["report", str(tmp_path / "logs"), "--env", str(tmp_path / "env-node0.json"),
+                 "--env", str(tmp_path / "env-node1.json"), "--force", "-q", "-o", str(out)])
+    body = out.read_text(encoding="utf-8")
+    assert code == 0
+    assert "DS246 env-differs-across-nodes" in body
+    assert ("**Ranks** (2, by state): rank 0 (on <host-1>) waited alone in the all_reduce at "
+            "hang_desync_allreduce.py:56 in mean_loss") in body
+    table = body.split("**Ranks**", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    assert table.splitlines()[0].startswith("rank 0 [<host-1>]  timed out in all_reduce")
+    assert table.splitlines()[0].endswith("← culprit") and len(table.splitlines()) == 2
+    assert "node-a" not in body and "node-b" not in body
+    assert "Log excerpt: first error in `train.log`" in body  # a file in a node folder
+    capsys.readouterr()

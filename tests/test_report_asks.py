@@ -356,3 +356,112 @@ def _small_config(tmp_path: Path) -> Path:
     p = tmp_path / "ds.json"
     p.write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2}}\n')
     return p
+
+
+# ------------------------------------------------------------------------------ issue 23's asks
+
+def test_pasted_launch_command_continued_over_indented_lines_is_kept_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A command pasted as users type it: options one per line, each line ending in a backslash.
+    log = tmp_path / "train.log"
+    log.write_text("$ deepspeed --num_gpus 2 train.py \\\n"
+                   "    --deepspeed ds_config.json \\\n"
+                   "    --model_name_or_path facebook/opt-125m \\\n"
+                   "    --per_device_train_batch_size 4\n\n"
+                   "Traceback (most recent call last):\n"
+                   '  File "/home/alice/proj/train.py", line 89, in <module>\n'
+                   "    main()\n"
+                   "ValueError: boom\n")
+    rc, body, _ = _report(tmp_path, str(log), "--force")
+    capsys.readouterr()
+    assert rc == 0
+    assert ("deepspeed \\\n    --num_gpus 2 \\\n    train.py \\\n    --deepspeed ds_config.json \\\n"
+            "    --model_name_or_path facebook/opt-125m \\\n    --per_device_train_batch_size 4\n```") in body
+    # the config the joined command passes is the one asked for
+    assert "run `dsdoctor report` again with `--config ds_config.json`" in body
+
+
+def test_paste_ending_in_a_cut_traceback_header_is_a_cut_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("{'loss': 2.1234, 'learning_rate': 1e-05, 'epoch': 0.01}\n"
+                   "{'loss': 2.0876, 'learning_rate': 2e-05, 'epoch': 0.02}\n"
+                   "Traceback (most r\n")
+    rc, body, _ = _report(tmp_path, str(log), "--force")
+    capsys.readouterr()
+    assert rc == 0
+    assert "no error line" not in body.lower()
+    assert "a traceback cut in its first line (the log ends with 'Traceback (most r')" in body
+    assert "**The traceback is cut:**" in body
+
+
+def test_nearly_every_step_skipped_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 15 of the 17 steps of this real run were skipped by the loss scaler
+    log = SAMPLES / "fp16_loss_scale_collapse" / "train.log"
+    rc, body, _ = _report(tmp_path, str(log), "--force")
+    capsys.readouterr()
+    assert "- **Nearly every step was skipped:** 15 of 17 steps (88%)" in body
+    # a few skips while the scale warms up are normal: not said
+    rc, body, _ = _report(tmp_path, str(SAMPLES / "fp16_overflow_warmup" / "train.log"), "--force")
+    capsys.readouterr()
+    assert "steps skipped by the fp16 loss scaler: 11" in body and "Nearly every step" not in body
+
+
+def test_title_names_the_cause_the_analysis_found(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    titles = {}
+    for name in ("stopped_sigterm", "gpu_nccl_watchdog", "dataloader_stall"):
+        log = sorted((SAMPLES / name).glob("*.log"))[0]
+        rc, _, _ = _report(tmp_path, str(log), "--force")
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        titles[name] = err.split("--title ", 1)[1].split(" --body-file", 1)[0]
+    # not the launcher's "Killing subprocess" line nor the rule's title: what the verdict found
+    assert titles["stopped_sigterm"] == "'[BUG] The run received SIGTERM after step 5'"
+    assert titles["gpu_nccl_watchdog"] == ("'[BUG] Hang: an _REDUCE_SCATTER_BASE (SeqNum 4210) timed "
+                                           "out after 600 s on rank 6'")
+    assert titles["dataloader_stall"] == "'[BUG] Hang: rank 1 never entered all_reduce'"
+
+
+def test_ds314_never_headlines_a_report(tmp_path: Path) -> None:
+    from dsdoctor.model import Evidence, Finding, Report
+    from dsdoctor.render.issue_body import build_issue
+
+    ev = Evidence(str(tmp_path / "train.log"), 3, "RuntimeError: CUDA error: an illegal memory access "
+                  "was encountered", 0)
+    ds314 = Finding(rule="DS314", name="stage3-16bit-weights-not-saved", severity="error",
+                    title="ZeRO-3 without stage3_gather_16bit_weights_on_model_save",
+                    message="m", fix="Set stage3_gather_16bit_weights_on_model_save.",
+                    config_path="zero_optimization")
+    other = Finding(rule="DS999", name="illegal-access", severity="warning",
+                    title="CUDA illegal memory access", message="m", fix="", evidence=(ev,))
+    report = Report(files=(), symptoms=(), findings=(ds314, other))
+    issue = build_issue(target="deepspeed", report=report, logs=[ev.file], kind="training")
+    assert "stage3_gather" not in issue.title and "CUDA illegal memory access" in issue.title
+    assert "[!IMPORTANT]" not in issue.body  # a side note is no triage
+    assert issue.body.index("**DS999") < issue.body.index("**DS314")
+    assert "diagnosis: DS999 CUDA illegal memory access; DS314" in issue.body
+
+
+def test_env_local_fills_the_op_report(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsdoctor.facts import envinfo
+
+    asked: list[bool] = []
+    snap = json.loads(write_env(tmp_path).read_text())
+
+    def collect(*, ops: bool = False, **_: object) -> dict:
+        asked.append(ops)
+        ds_ops = {"version": "0.19.8", "accelerator": "cpu", "ninja": True,
+                  "compiled_with": {"version": "2.13", "cuda_version": "0.0"},
+                  "ops": {"cpu_adam": {"installed": False, "compatible": True}}, "warnings": []}
+        return {**snap, "deepspeed_ops": ds_ops if ops else None}
+
+    monkeypatch.setattr(envinfo, "collect", collect)
+    monkeypatch.setattr(envinfo, "_LOCAL", {})
+    log = sorted((SAMPLES / "stopped_sigterm").glob("*.log"))[0]
+    rc, body, _ = _report(tmp_path, str(log), "--env", "local", "--force")
+    capsys.readouterr()
+    assert rc == 0 and asked == [True]  # collected once, with the op report; the analysis reuses it
+    assert "Please run `ds_report`" not in body
+    assert "cpu_adam ..............." in body

@@ -92,3 +92,105 @@ def test_checkpoint_step_read_from_the_save_paths() -> None:
         "out/checkpoint-10", "/ckpt/global_step30/mp_rank_00_model_states.pt", "out/checkpoint-20")]
     assert retry.checkpoint_step(facts) == 30
     assert retry.checkpoint_step([Fact("checkpoint-save", {"path": "out/final"}, ev)]) is None
+
+
+def _sample_json(sample: str) -> dict:
+    """``dsdoctor analyze`` of a committed sample with its config, script and dumps, as JSON."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import sample_check  # noqa: PLC0415
+
+    code, out, err = sample_check.run_analyze(SAMPLES / sample)
+    assert code == 1, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("sample,answer,said", [
+    # rank 0 alone ran an all_reduce (a desync): the same code path desyncs again
+    ("hang_desync_allreduce", "no", "rank 0 took another path"),
+    # the Flight Recorder dumps name the same desync
+    ("hang_desync_fr_trace", "no", "rank 0 took another path"),
+    # generate() under ZeRO-3 without synced_gpus: DS202 (joining DS107's timeout) says it recurs
+    ("zero3_generate_hang", "no", "without synced_gpus"),
+    # rank 1 was silent, in no collective: a code path or a stalled read, the log does not say
+    ("dataloader_stall", "unknown", "stalled read"),
+    # rank 1 died on its own ValueError first: that failure's answer (a bug recurs)
+    ("rank_failed_first", "no", "recurs on a retry"),
+    # rank 1 vanished (SIGKILL): the OOM killer or a lost node, nothing says which
+    ("killed_sigkill", "unknown", "SIGKILL"),
+])
+def test_a_hang_takes_its_culprits_answer(sample: str, answer: str, said: str) -> None:
+    v = _sample_json(sample)["verdict"]
+    assert (v["retriable"], said in v["retriable_reason"]) == (answer, True), v["retriable_reason"]
+
+
+def test_a_culprit_that_failed_first_gives_its_failures_answer() -> None:
+    """The real run where rank 1 raised a ValueError and rank 0 timed out waiting for it: asked
+    for a hang, the culprit answers with the failing rank's problem's answer."""
+    from dsdoctor.diagnose.pipeline import _lines
+
+    rep = run_analysis([str(SAMPLES / "rank_failed_first" / "train.log")], engine="python")
+    assert rep.ranks is not None and rep.ranks.culprit is not None
+    assert rep.ranks.culprit.kind == "failed-first"
+    answers = [retry.Retry(p.retriable, p.retriable_reason) for p in rep.problems]
+    got = retry.culprit_answer(rep.ranks, rep.problems, answers,
+                               [_lines(p, rep) for p in rep.problems])
+    assert got is not None and got.value == "no"
+    assert "(rank 1 failed first; the others only waited)" in got.reason, got.reason
+
+
+def test_a_culprit_that_vanished_stays_unknown() -> None:
+    rep = run_analysis([str(SAMPLES / "killed_sigkill" / "train.log")], engine="python")
+    assert rep.ranks is not None and rep.ranks.culprit is not None
+    assert rep.ranks.culprit.kind == "vanished"
+    got = retry.culprit_answer(rep.ranks, rep.problems, [], [])
+    assert got is not None and got.value == "unknown" and "rank 1 went away" in got.reason
+
+
+def test_a_joining_rules_no_beats_the_leads_unknown() -> None:
+    """DS107 (a timeout: unknown until the culprit says) leading a hang that DS202 (generate()
+    without synced_gpus: deterministic) joins: the joiner's no answers; DS107 alone does not."""
+    from dsdoctor.model import Problem
+
+    infos = {r.code: retry.RuleInfo(r.retriable, r.category) for r in load_rules()}
+    alone = Problem("hang", "error", "timeout", rules=("DS107",), symptoms=("hang",))
+    joined = Problem("hang", "error", "timeout", rules=("DS107", "DS202"), symptoms=("hang",))
+    line = ["[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=775693, OpType=_ALLGATHER_BASE, NumelIn=262668288, "
+            "NumelOut=1050673152, Timeout(ms)=1800000) ran for 1800042 milliseconds before timing "
+            "out."]  # DS107's example (rules/DS107-collective-timeout.yaml)
+    assert retry.problem_answer(alone, infos, {}, line, saved=False).value == "unknown"
+    got = retry.problem_answer(joined, infos, {}, line, saved=False)
+    assert got.value == "no" and "synced_gpus" in got.reason
+    # a joiner's yes does not override: only a deterministic answer is sure enough
+    yes_rule = retry.RuleInfo({"value": "yes", "reason": "transient"}, "cross-check")
+    maybe = Problem("hang", "error", "timeout", rules=("DS107", "DS999"), symptoms=("hang",))
+    assert retry.problem_answer(maybe, {**infos, "DS999": yes_rule}, {}, line,
+                                saved=False).value == "unknown"
+
+
+def test_text_and_markdown_say_the_answer_under_the_verdict() -> None:
+    """The answer (and, where a retry may help, the steps a resume loses) is the line after the
+    verdict in text (one line, cut at the width) and Markdown; a healthy run has none."""
+    from dataclasses import replace
+
+    from dsdoctor.render.analysis import render, retry_line
+
+    rep = run_analysis([str(SAMPLES / "checkpoint_disk_full" / "train.log")], engine="python")
+    text = render(rep, "text", color=False).splitlines()
+    assert text[1].startswith("Retry: no — the disk or quota stays full"), text[:3]
+    assert text[2].startswith("log: "), text[:3]  # one line: cut, never wrapped
+    assert "loses" not in retry_line(rep)  # no retry helps: no cost to quote
+    md = render(rep, "markdown").splitlines()
+    assert md[4].startswith("**Retry**: no — the disk"), md[:6]
+    # were it transient: the steps done since global_step5 are what a resume loses
+    assert rep.verdict is not None and rep.verdict.steps_lost is not None
+    maybe = replace(rep, verdict=replace(rep.verdict, retriable="unknown", steps_lost=3))
+    assert retry_line(maybe).startswith("unknown (a resume from the checkpoint of step 5 loses 3 "
+                                        "steps) — the disk")
+    healthy = run_analysis([str(SAMPLES / "healthy_zero2_trainer" / "train.log")],
+                           engine="python")
+    assert retry_line(healthy) is None
+    assert not any(line.startswith("Retry") for line in render(healthy, "text").splitlines())

@@ -186,7 +186,7 @@ def test_selecting_a_finding_switches_to_the_log_of_its_evidence(tmp_path):
             assert f"log {second} (2 of 2; f: next file): at line 3" in title
             assert "3> [2023-04-14 13:11:27,885] [ERROR]" in str(app.log_pane.render())
             detail = str(app.query_one("#detail-text", Static).render())
-            assert f"{second}:3: " in detail and "fix: " in detail
+            assert "rank1.log:3: " in detail and "fix: " in detail
             await pilot.press("f")  # the next file: back to the first, following its end
             await pilot.pause(0.2)
             assert (app.log_pane.view.file, app.log_pane.view.anchor) == (0, None)

@@ -126,7 +126,8 @@ def test_summary_without_problems_and_exit_0(tmp_path):
     watch = PlainWatch(Follower([str(path)], AnalysisInputs()), out=said.append)
     watch.follower.poll()
     assert watch.leave() == 0
-    assert said[-1] == "dsdoctor watch: no problem found in what was read"
+    assert said[-2] == "dsdoctor watch: no problem found in what was read"
+    assert said[-1] == "dsdoctor watch: exit 0 (no error finding)"
 
 
 def test_ctrl_c_in_plain_prints_the_summary(tmp_path, fake_stacks, capsys):
@@ -179,7 +180,11 @@ def test_cli_summary_after_the_tui(capsys):
     lint = Finding("DS999", "x", "warning", "a warning", "")
     assert _summarize([lint]) == 0
     assert capsys.readouterr().out == ("dsdoctor watch: 1 problem seen:\n"
-                                       "  warning: DS999 x: a warning\n")
+                                       "  warning: DS999 x: a warning\n"
+                                       "dsdoctor watch: exit 0 (no error finding)\n")
+    error = Finding("DS998", "y", "error", "an error", "")
+    assert _summarize([error, lint]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == "dsdoctor watch: exit 1 (1 error finding)"
 
 
 def test_findings_cross_to_the_report_process_intact(tmp_path, fake_stacks):
@@ -239,6 +244,49 @@ def test_tui_lists_the_hang_and_key_r_reports_it_with_the_stacks(tmp_path, fake_
     assert "py-spy dump:" not in body  # the stacks are shown, not a pseudo file:line
     assert summary[0].rule == "WATCH-HANG" and hang.exit_code(summary) == 1
     assert fake_stacks == [(4242, ())]
+
+
+def test_tui_hang_leads_and_empty_panes_give_their_room(tmp_path, fake_stacks):
+    """A quiet run that hangs: no symptom, no event, so no bottom panes; the hang selected and in
+    full without a key; the stacks wrapped in the banner, none cut at the right edge."""
+    pytest.importorskip("textual")
+    from textual.widgets import Static
+
+    from dsdoctor.watch.app import WatchApp
+
+    path = tmp_path / "train.log"
+    path.write_text(STEP.format(n=1) + STEP.format(n=2))
+    clock = Clock()
+    follower = Follower([str(path)], AnalysisInputs(), stall_after=30, clock=clock)
+    width = 100
+
+    async def scenario():
+        app = WatchApp(follower, poll=0.1, pid=4242, py_spy_note=lambda: None)
+        async with app.run_test(size=(width, 48)) as pilot:
+            await wait_for(pilot, lambda: follower.stall.status().progress_events >= 2, "progress")
+            assert app.query_one("#bottom").has_class("empty")  # nothing to show: no room taken
+            assert app.query_one("#top").has_class("empty")  # no finding yet
+            clock.now += 31
+            await wait_for(pilot, lambda: app.findings and app.findings[0].rule == "WATCH-HANG",
+                           "the hang listed first")
+            await wait_for(pilot, lambda: "WATCH-HANG run-hung (error)" in str(
+                app.query_one("#detail-text", Static).render()), "the hang in full")
+            detail = str(app.query_one("#detail-text", Static).render())
+            assert "fix: start with the odd rank out" in detail
+            assert not app.query_one("#top").has_class("empty")
+            assert app.query_one("#bottom").has_class("empty")
+            assert app.query_one("#bottom").region.height == 0
+            banner = app.query_one("#stall", Static)
+            assert banner.has_class("roomy") and banner.region.width == width
+            # every stack line on screen in full: wrapped, not run off the right edge
+            await wait_for(pilot, lambda: banner.region.height > 5, "the stacks")
+            shown = "".join(line.text for line in banner.render_lines(banner.region.reset_offset))
+            flat = "".join(shown.split())
+            for line in zero3_lines()[:4]:
+                assert "".join(line.split()) in flat, line
+            await pilot.press("q")
+
+    asyncio.run(scenario())
 
 
 def test_tui_says_py_spy_missing_at_start(tmp_path):

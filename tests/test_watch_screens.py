@@ -1,6 +1,7 @@
 """Snapshot tests of the TUI's main screens (dsdoctor/watch/app.py) on a real sample log.
 
-Textual's Pilot renders the app in a fixed 110x45 terminal; the screen's text (what the
+Textual's Pilot renders the app in a fixed terminal (110x45, and the main screen at 80x24,
+120x40 and 200x60 too); the screen's text (what the
 compositor draws, styles dropped) is compared with ``tests/golden/watch/<screen>.txt``. The
 clock of the stall detector and the machine's sampler are injected and the paths are relative
 to the repository, so the goldens hold no time of day and no path of this machine. Refresh them
@@ -71,7 +72,8 @@ def check_golden(name: str, text: str, update: bool) -> None:
 
 
 def run_screens(monkeypatch: pytest.MonkeyPatch,
-                scenario: Callable[..., Awaitable[None]], **follower_kw) -> None:  # type: ignore[no-untyped-def]
+                scenario: Callable[..., Awaitable[None]], size: tuple[int, int] = SIZE,
+                **follower_kw) -> None:  # type: ignore[no-untyped-def]
     from dsdoctor.watch.app import WatchApp
 
     monkeypatch.chdir(REPO)  # relative paths: the goldens name sample_logs/..., not this clone
@@ -88,7 +90,7 @@ def run_screens(monkeypatch: pytest.MonkeyPatch,
     async def main() -> None:
         # py-spy or not: the screens do not depend on this host
         app = WatchApp(follower, poll=0.05, machine=full_ram, py_spy_note=lambda: None)
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: "WATCH-RAM" in screen_text(app) and
                            "DS102" in screen_text(app), "the findings")
             await scenario(app, pilot, clock)
@@ -123,7 +125,7 @@ def test_main_screen(monkeypatch, update_golden):
         text = screen_text(app)
         # most severe first, the machine's warning after the run's errors
         assert text.index("DS102") < text.index("WATCH-RAM")
-        assert "WATCH-RAM host-ram-near-limit: host RAM at" in text
+        assert "WATCH-RAM host-ram-near-limit:" in text
         assert "following the end" in text
         assert "267  [2026-11-21 11:40:24,539] [ERROR] [launch.py:259:sigkill_handler]" in text
         check_golden("main", text, update_golden)
@@ -131,10 +133,34 @@ def test_main_screen(monkeypatch, update_golden):
     run_screens(monkeypatch, scenario)
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen_leads_with_the_diagnosis(monkeypatch, update_golden, size):
+    """Without a key: the newest most severe problem selected, its fix and evidence in view;
+    the loss scale plotted beside the loss; the overflow lines counted as skipped steps; the
+    footer keeps q and r at any width; the header's icon is ASCII."""
+    async def scenario(app, pilot, clock):  # type: ignore[no-untyped-def]
+        text = screen_text(app)
+        lines = text.splitlines()
+        assert len(lines) == size[1] and max(map(len, lines)) <= size[0]
+        # DS102's evidence ends on line 264, DS103's on an earlier line: DS102 is the newest
+        assert app.findings[0].rule == "DS102" and app._auto_key == "DS102:loss-scale-collapse"
+        assert "fix:" in text and "DS102 loss-scale-collapse (error)" in text
+        # 17 OVERFLOW lines by rank 0; the last step line said skipped=15
+        assert "steps 0–17, skipped steps 17" in text
+        assert "loss scale" in text and "loss " in text
+        footer = lines[-1]
+        assert "q quit" in footer and "r report" in footer
+        assert lines[0].startswith(" #")
+        assert all(ord(ch) < 0x2B00 for ch in lines[0]), lines[0]
+        check_golden(f"main-{size[0]}x{size[1]}", text, update_golden)
+
+    run_screens(monkeypatch, scenario, size=size)
+
+
 def test_selecting_a_finding_jumps_to_its_evidence(monkeypatch, update_golden):
     async def scenario(app, pilot, clock):  # type: ignore[no-untyped-def]
-        await pilot.press("down")  # the first finding, in full; the log still follows
-        await wait_for(pilot, lambda: "fix:" in screen_text(app), "the detail")
+        # the first finding is in full from the start; the log still follows
+        assert "fix:" in screen_text(app)
         assert "following the end" in screen_text(app)
         await pilot.press("down", "enter")  # the second: DS103, and its evidence in the log
         await wait_for(pilot, lambda: "DS103 evidence" in screen_text(app), "the jump")

@@ -11,6 +11,7 @@ from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.errors import UsageError
 from dsdoctor.facts import envnodes
+from dsdoctor.logs import logdirs
 from dsdoctor.safeio import input_paths, one_line, write_report
 
 
@@ -128,28 +129,35 @@ def run(args: argparse.Namespace) -> int:
     # The body exists to be posted publicly: user names, home paths, host names and IPs become
     # placeholders unless the user keeps them (--keep-paths / --keep-hosts).
     red = Redactor(paths=not args.keep_paths, hosts=not args.keep_hosts, this_machine=True)
+    # the log files as analyze reads them (a folder per node: the logs in it), so the excerpt,
+    # the anchors and the analysis read the same files
+    logs = logdirs.expand(args.logs)
     configs = [issue_body.read_config(c, red) for c in args.config or []]
     env_paths = expand_envs(args.env or [])
-    envs = [(p, cached("env", p, envinfo.load_snapshot)) for p in env_paths]
+    # `--env local` collects DeepSpeed's op report too (in a child process, as `env` does): the
+    # body's "ds_report output" is then filled, not asked for.
+    envs = [(p, envinfo.load_snapshot(p, ops=True) if p == "local" else cached("env", p, envinfo.load_snapshot))
+            for p in env_paths]
     # Shell launch scripts are read for their commands (never run); Python scripts also go to the
     # analysis, which parses them.
     shell = [s for s in args.script or [] if is_shell_script(s)]
     scripts = [issue_body.read_shell_script(s) for s in shell]
     analysis_args = argparse.Namespace(**vars(args))
+    analysis_args.logs = logs
     analysis_args.script = [s for s in args.script or [] if s not in shell]
-    analysis_args.env = env_paths[0] if env_paths else None
+    analysis_args.env = env_paths  # every node's snapshot: the analysis compares them (DS246)
     report, run_model, notes = _analyze(analysis_args)
     if args.watch_findings and report is not None:
         report = _with_watch_findings(report, args.watch_findings)
     if not envs:
         notes.append("no --env given: system info left for you to fill "
                      "(run 'dsdoctor env --format json' on the training node and pass --env FILE)")
-    anchor, fallback, per_file = _anchors(report, args.logs)
-    excerpt = issue_body.first_error_excerpt(args.logs, anchor, fallback, per_file) if args.logs else None
+    anchor, fallback, per_file = _anchors(report, logs)
+    excerpt = issue_body.first_error_excerpt(logs, anchor, fallback, per_file) if logs else None
     launch = gather_launch(report, scripts)
     kind = _kind(args, report, launch)
     issue = issue_body.build_issue(
-        target=args.target, report=report, logs=args.logs, configs=configs,
+        target=args.target, report=report, logs=logs, configs=configs,
         env=envs[0][1] if envs else None, envs=envs, redactor=red, excerpt=excerpt, launch=launch,
         inputs_note=notes, printed=issue_body.printed_config(report, red), run=run_model, kind=kind)
     if issue.triage and not args.force:
@@ -161,7 +169,10 @@ def run(args: argparse.Namespace) -> int:
               "remains, write the issue with --force.", file=sys.stderr)
         return 1
     if args.output:
-        write_report(args.output, issue.body, input_paths(args), force=True)  # never an input
+        # never over an input: a log inside a node's folder, a snapshot a glob named; any other
+        # file is replaced, as grep and curl do
+        read = argparse.Namespace(**{**vars(args), "logs": logs, "env": env_paths})
+        write_report(args.output, issue.body, input_paths(read), force=True)
         print(f"dsdoctor: wrote {one_line(args.output)}; review it, then file it with:",
               file=sys.stderr)
         print(issue_body.gh_command(issue, args.output), file=sys.stderr)
@@ -188,7 +199,8 @@ def register(subparsers: Any) -> None:
         "are always redacted; user names, home paths, host names and IP addresses become "
         "placeholders (<user>, <host-1>, <ip-1>) unless --keep-paths / --keep-hosts.")
     p.add_argument("logs", nargs="*", metavar="LOG",
-                   help="training or install log file(s), plain or .gz (optional with --config/--env)")
+                   help="training or install log file(s), plain or .gz, or folders of logs (one "
+                   "per node: node*/) (optional with --config/--env)")
     add_input_options(p)
     add_jobs_option(p)
     p.add_argument("--env", action="append", default=[], metavar="FILE|GLOB|local",

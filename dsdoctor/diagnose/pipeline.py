@@ -71,7 +71,7 @@ def build_report(scan: ScanResult, findings=(), inputs: dict[str, Any] | None = 
     if fate.preflight_errors is not None:  # counted over the problems shown, not the findings
         fate = verdict.preflight(fate, grouped)
     grouped, fate = retry.assess(grouped, fate, scan.facts, [_lines(p, report) for p in grouped],
-                                 *_retry_rules())
+                                 *_retry_rules(), table=table)
     return replace(report, verdict=fate, ranks=table, problems=grouped)
 
 

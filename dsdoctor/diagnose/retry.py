@@ -6,9 +6,12 @@ resume from) and *deterministic* when the same inputs meet it again (a config er
 does not build, an out-of-memory at the same step, a bug in the code). The answers are data: each
 rule that explains a failure says it in its YAML (``retriable: {value, reason, cases,
 needs_checkpoint}``, validated by the rule loader, diagnose/engine.py); a cause no rule explains
-takes :data:`BY_CAUSE`; a config lint its category's answer. The verdict takes the answer of the
-problem that decided it, except where the fate itself answers (killed, stopped, a run that did not
-fail).
+takes :data:`BY_CAUSE`; a config lint its category's answer. Where the lead rule does not know
+(``unknown``), a joining rule that knows the cause recurs (``no``: DS202's generate() without
+synced_gpus joining DS107's timeout) answers. A hang that no rule answers takes its culprit's
+(diagnose/ranks.py): ranks on different code paths desync again; a rank that failed first, its
+failure's answer. The verdict takes the answer of the problem that decided it, except where the
+fate itself answers (killed, stopped, a run that did not fail).
 
 Where the log shows a checkpoint save, the verdict also says the step it saved and how many steps
 were done since: what a retry that resumes from it would lose.
@@ -19,9 +22,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsdoctor.model import Fact, Problem, Verdict
+
+if TYPE_CHECKING:
+    from dsdoctor.diagnose.ranks import RankTable
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
 
@@ -138,10 +144,19 @@ def problem_answer(p: Problem, rules: Mapping[str, RuleInfo], names: Mapping[str
     cause_rule = names.get(p.cause)
     if cause_rule is not None and cause_rule not in codes:
         codes.append(cause_rule)
-    for code in codes:
-        info = rules.get(code)
-        if info is not None and info.retriable is not None:
-            return rule_answer(info.retriable, lines, saved)
+    answered = [(code, rule_answer(info.retriable, lines, saved)) for code in codes
+                if (info := rules.get(code)) is not None and info.retriable is not None]
+    if answered:
+        lead_code, lead = answered[0]
+        if lead.value == UNKNOWN:
+            # the lead (a symptom rule: DS107's timeout) does not know; a joining rule that
+            # knows the cause recurs (DS202: generate() without synced_gpus) does
+            joined = [a for c, a in answered[1:]] + [
+                BY_CATEGORY[info.category] for code in codes
+                if code != lead_code and (info := rules.get(code)) is not None
+                and info.retriable is None and info.category in BY_CATEGORY]
+            return next((a for a in joined if a.value == NO), lead)
+        return lead
     if p.cause in BY_CAUSE:
         for case in CAUSE_CASES:  # what a line says beats "not recognized"
             if any(re.search(case["text"], text, re.IGNORECASE) for text in lines):
@@ -154,19 +169,68 @@ def problem_answer(p: Problem, rules: Mapping[str, RuleInfo], names: Mapping[str
     return Retry(UNKNOWN, "no rule says whether this cause recurs")
 
 
+#: Culprits (diagnose/ranks.py) that took another code path than the ranks that waited: a
+#: collective only some ranks call, a rank in its own code, dumps whose collectives differ.
+DESYNC_KINDS = frozenset({"desync", "outside", "trace-missing", "trace-mismatch"})
+#: A rank stuck here was reading data: a stalled read (a network filesystem) need not recur.
+_DATA_FRAME = re.compile(r"torch/utils/data/|__getitem__|__iter__|__next__")
+
+
+def culprit_answer(table: RankTable | None, problems: Sequence[Problem],
+                   answers: Sequence[Retry], problem_lines: Sequence[Sequence[str]]
+                   ) -> Retry | None:
+    """A hang's answer from the rank that made the others wait, or None where its kind does not
+    tell (a rank that fell behind in the watchdog's counts: slow or stuck, the counts say not)."""
+    culprit = table.culprit if table is not None else None
+    if culprit is None:
+        return None
+    who = f"rank{'s' if len(culprit.ranks) > 1 else ''} {', '.join(map(str, culprit.ranks))}"
+    if culprit.kind in DESYNC_KINDS:
+        frame = culprit.frame
+        if culprit.kind == "outside" and (frame is None or _DATA_FRAME.search(
+                f"{frame.file} {frame.function}")):
+            return Retry(UNKNOWN, "a code path that skips the collective recurs, a stalled read "
+                         f"(a network filesystem) or a slow node need not: {who} was in no "
+                         "collective and the log does not say where")
+        at = f" at {frame.short}" if frame is not None else ""
+        return Retry(NO, f"the same code desyncs again on a retry: {who} took another path than "
+                     f"the ranks that waited{at} (a desync)")
+    if culprit.kind == "failed-first":
+        state = next((s for s in table.ranks if s.rank in culprit.ranks), None) if table else None
+        said = [t for t in (state.exception if state else None,
+                            culprit.evidence.text if culprit.evidence else None) if t]
+        for p, answer, lines in zip(problems, answers, problem_lines):
+            if p.cause != "hang" and any(t in line for t in said for line in lines):
+                return Retry(answer.value, f"{answer.reason} ({who} failed first; the others "
+                             "only waited)")
+        for case in CAUSE_CASES:
+            if any(re.search(case["text"], t, re.IGNORECASE) for t in said):
+                return Retry(case["value"], f"{case['reason']} ({who} failed first)")
+        return Retry(UNKNOWN, f"nothing says whether the failure of {who}, which failed first, "
+                     "recurs")
+    if culprit.kind == "vanished":
+        return Retry(UNKNOWN, "the OOM killer kills again at the same point, a lost node or a "
+                     f"cancel does not: {who} went away without a word (SIGKILL, nothing says why)")
+    return None
+
+
 def assess(problems: Sequence[Problem], verdict: Verdict, facts: Sequence[Fact],
            problem_lines: Sequence[Sequence[str]], rules: Mapping[str, RuleInfo],
-           cause_rules: Mapping[str, str]) -> tuple[tuple[Problem, ...], Verdict]:
+           cause_rules: Mapping[str, str], table: RankTable | None = None
+           ) -> tuple[tuple[Problem, ...], Verdict]:
     """Problems and the verdict with their answers; the verdict with the steps a retry loses.
 
     ``problem_lines[i]`` are the lines of problem ``i``'s symptoms and findings (cases match them);
     ``cause_rules`` maps a cause to the code of the rule that explains it (for a problem whose
-    rule did not fire)."""
+    rule did not fire); ``table`` the ranks and a hang's culprit (diagnose/ranks.py)."""
     saved = saved_at_all(facts)
-    out = []
-    for p, lines in zip(problems, problem_lines):
-        answer = problem_answer(p, rules, cause_rules, lines, saved)
-        out.append(replace(p, retriable=answer.value, retriable_reason=answer.reason))
+    answers = [problem_answer(p, rules, cause_rules, lines, saved)
+               for p, lines in zip(problems, problem_lines)]
+    for i, p in enumerate(problems):
+        if p.cause == "hang" and answers[i].value == UNKNOWN:
+            answers[i] = culprit_answer(table, problems, answers, problem_lines) or answers[i]
+    out = [replace(p, retriable=a.value, retriable_reason=a.reason)
+           for p, a in zip(problems, answers)]
     if verdict.fate in BY_FATE:
         decided = BY_FATE[verdict.fate]
         if out and verdict.fate == "killed" and out[0].cause in ("cpu-oom", "killed"):
@@ -184,5 +248,6 @@ def assess(problems: Sequence[Problem], verdict: Verdict, facts: Sequence[Fact],
                                checkpoint_step=step, steps_lost=lost)
 
 
-__all__ = ["BY_CATEGORY", "BY_CAUSE", "BY_FATE", "NO", "UNKNOWN", "YES", "Retry", "RuleInfo",
-           "assess", "checkpoint_step", "problem_answer", "rule_answer"]
+__all__ = ["BY_CATEGORY", "BY_CAUSE", "BY_FATE", "DESYNC_KINDS", "NO", "UNKNOWN", "YES", "Retry",
+           "RuleInfo", "assess", "checkpoint_step", "culprit_answer", "problem_answer",
+           "rule_answer"]

@@ -123,6 +123,10 @@ def run_probe(python: str, code: str, *argv: str) -> subprocess.Popen[str]:
                             stdin=subprocess.DEVNULL, cwd=_neutral_dir())
 
 
+#: Lines of a child probe's own stderr kept in the snapshot (its last ones).
+MAX_STDERR_LINES = 50
+
+
 def finish_probe(proc: subprocess.Popen[str], what: str, timeout: float) -> dict[str, Any]:
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -134,7 +138,12 @@ def finish_probe(proc: subprocess.Popen[str], what: str, timeout: float) -> dict
     if marker < 0:
         last = (err or out).strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
         raise RuntimeError(f"{what} probe failed (exit {proc.returncode}): {last[0][:300]}")
-    return json.loads(out[marker + len("@@DSDOCTOR@@"):].strip().splitlines()[0])
+    data = json.loads(out[marker + len("@@DSDOCTOR@@"):].strip().splitlines()[0])
+    if isinstance(data, dict) and err and err.strip():
+        # what the child wrote to the real stderr (C++ builders, libraries): kept apart, bounded
+        lines = [ln.rstrip() for ln in err.splitlines() if ln.strip()]
+        data["stderr"] = lines[-MAX_STDERR_LINES:]
+    return data
 
 
 # Run in another interpreter (``dsdoctor env --python PATH``): its version and the versions of the

@@ -132,5 +132,55 @@ def storage_kind(entry: dict[str, Any]) -> str:
     return "unknown"
 
 
-__all__ = ["NETWORK_FS", "RAM_FS", "describe_device", "disk_entries", "mount_of", "probe_disks",
-           "storage_kind"]
+#: DeepSpeed's shared-memory allreduce (the CPU accelerator's ``deepspeed_shm_comm`` op) names
+#: each rank's buffer ``deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`` in /dev/shm
+#: (csrc/cpu/comm/shm.cpp); a rank that dies before ``shm_unlink`` leaves it there.
+DEEPSPEED_SHM_PREFIX = "deepspeed_"
+_MAX_SHM_ENTRIES = 100_000  # a directory listing is bounded: never a reason to hang `env`
+
+
+def probe_shm(root: str = "/dev/shm") -> dict[str, Any] | None:
+    """/dev/shm's size and use, and DeepSpeed's buffers in it (count and bytes); None when the
+    machine has no /dev/shm. Reads the directory and stats its entries: nothing is opened."""
+    try:
+        st = os.statvfs(root)
+    except (OSError, AttributeError):
+        return None
+    total = st.f_frsize * st.f_blocks
+    out: dict[str, Any] = {"path": root, "total_bytes": total,
+                           "used_bytes": total - st.f_frsize * st.f_bfree,
+                           "deepspeed_buffers": 0, "deepspeed_bytes": 0}
+    try:
+        with os.scandir(root) as it:
+            for n, entry in enumerate(it):
+                if n >= _MAX_SHM_ENTRIES:
+                    out["listing_cut"] = True
+                    break
+                if not entry.name.startswith(DEEPSPEED_SHM_PREFIX):
+                    continue
+                try:
+                    size = entry.stat(follow_symlinks=False).st_size
+                except OSError:
+                    continue
+                out["deepspeed_buffers"] += 1
+                out["deepspeed_bytes"] += size
+    except OSError:
+        out["deepspeed_buffers"] = out["deepspeed_bytes"] = None  # unreadable: not known
+    return out
+
+
+def is_listed(entry: dict[str, Any]) -> bool:
+    """Whether a mount is shown among the disks: a block device, a network filesystem, /dev/shm
+    or the root. Other tmpfs and overlay mounts (a sandbox's or a container runtime's, cgroup
+    folders) are kept in the snapshot, where nvme_path may resolve to them, but not listed."""
+    fstype = str(entry.get("fstype") or "")
+    mp = entry.get("mountpoint")
+    if mp in ("/", "/dev/shm"):
+        return True
+    if fstype in RAM_FS or fstype == "overlay":
+        return False
+    return str(entry.get("device") or "").startswith("/dev/") or fstype in NETWORK_FS
+
+
+__all__ = ["DEEPSPEED_SHM_PREFIX", "NETWORK_FS", "RAM_FS", "describe_device", "disk_entries",
+           "is_listed", "mount_of", "probe_disks", "probe_shm", "storage_kind"]

@@ -10,7 +10,6 @@ down, and so that ``dsdoctor env`` stays fast on machines without them.
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -27,7 +26,8 @@ from typing import Any
 from dsdoctor import __version__
 from dsdoctor.errors import UsageError
 from dsdoctor.facts import env_child, envdisks
-from dsdoctor.redact import Redactor
+from dsdoctor.facts.envsettings import NOT_SHOWN, is_setting
+from dsdoctor.redact import REDACTED, Redactor
 from dsdoctor.safeio import read_bounded
 
 SCHEMA_VERSION = 1
@@ -329,10 +329,37 @@ def _installed(name: str, python: str, packages: Mapping[str, str | None]) -> bo
 
 
 def relevant_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment variables that matter to distributed training, secrets redacted."""
+    """The environment variables that matter to distributed training: the values of known
+    settings (secrets redacted), the names only of the rest (``envsettings``)."""
     environ = os.environ if environ is None else environ
     picked = {k: v for k, v in environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
-    return Redactor().env(dict(sorted(picked.items())))
+    shown = Redactor().env(dict(sorted(picked.items())))
+    # a secret-named variable stays "<redacted>": that says more than "<not shown>"
+    return {k: v if v == REDACTED or is_setting(k, picked[k], ENV_NAMES) else NOT_SHOWN
+            for k, v in shown.items()}
+
+
+#: The size of one rank's buffer of DeepSpeed's shm allreduce: 2 x 1 MiB + 2 x 32 MiB
+#: (csrc/cpu/comm/shm.cpp, struct allreduce_workspace), "66 MB" as df shows it.
+DEEPSPEED_SHM_BUFFER_BYTES = 2 * 1048576 + 2 * 1048576 * 32
+#: /dev/shm counts as full from this share on (or with less room than one more buffer).
+SHM_FULL_SHARE = 0.9
+
+
+def shm_filled_by_deepspeed(shm: Any) -> str | None:
+    """One sentence when DeepSpeed's leftover buffers fill /dev/shm, else None."""
+    if not isinstance(shm, dict):
+        return None
+    total, used = shm.get("total_bytes"), shm.get("used_bytes")
+    count, ds_bytes = shm.get("deepspeed_buffers"), shm.get("deepspeed_bytes")
+    if not (isinstance(total, int) and isinstance(used, int) and total > 0
+            and isinstance(count, int) and count > 0 and isinstance(ds_bytes, int)):
+        return None
+    if used < SHM_FULL_SHARE * total and total - used >= DEEPSPEED_SHM_BUFFER_BYTES:
+        return None
+    return (f"/dev/shm is {100 * used // total}% full ({used / 2**20:.0f} of {total / 2**20:.0f} MiB); "
+            f"{count} DeepSpeed buffer(s) (/dev/shm/deepspeed_*, {ds_bytes / 2**20:.0f} MiB) take "
+            f"{100 * ds_bytes // total}% of it")
 
 
 def collect(*, ops: bool = False, python: str | None = None, timeout: float = _ENV_PROBE_TIMEOUT,
@@ -384,6 +411,10 @@ def collect(*, ops: bool = False, python: str | None = None, timeout: float = _E
     snap["nvml"] = nvml_info
     snap["interconnect"] = guarded("interconnect", probe_interconnect, {})
     snap["disks"] = guarded("disks", envdisks.probe_disks, [])
+    snap["shm"] = guarded("shm", envdisks.probe_shm, None)
+    full = shm_filled_by_deepspeed(snap["shm"])
+    if full:
+        notes.append(full)
     snap["packages"] = packages
 
     cuda: dict[str, Any] = {"cuda_home": _default_cuda_home(), "nvcc": None, "nvcc_version": None,
@@ -464,7 +495,7 @@ def validate_snapshot(data: Any, where: str = "snapshot") -> dict[str, Any]:
                            ("cuda", dict, "an object"), ("nvml", dict, "an object"),
                            ("interconnect", dict, "an object"), ("deepspeed_ops", dict, "an object"),
                            ("env_vars", dict, "an object"), ("notes", list, "a list"),
-                           ("disks", list, "a list"),
+                           ("disks", list, "a list"), ("shm", dict, "an object"),
                            ("errors", list, "a list")):
         if data.get(key) is not None and not isinstance(data[key], typ):
             raise UsageError(f"{where}: '{key}' must be {what}; {fix}")
@@ -487,19 +518,28 @@ def validate_snapshot(data: Any, where: str = "snapshot") -> dict[str, Any]:
     return data
 
 
-@functools.cache
-def _local_snapshot() -> dict[str, Any]:
+#: This machine's snapshots, by whether they hold DeepSpeed's op report.
+_LOCAL: dict[bool, dict[str, Any]] = {}
+
+
+def _local_snapshot(ops: bool = False) -> dict[str, Any]:
     # Once per process: `report` loads the env and its analysis loads it again, and `watch`
-    # re-runs the rules on every refresh; the machine does not change in between.
-    return collect(ops=False)
+    # re-runs the rules on every refresh; the machine does not change in between. One with the
+    # op report serves a caller that does not need it.
+    if True in _LOCAL:
+        return _LOCAL[True]
+    if ops not in _LOCAL:
+        _LOCAL[ops] = collect(ops=ops)
+    return _LOCAL[ops]
 
 
-def load_snapshot(path: str) -> dict[str, Any]:
-    """Read an environment snapshot: ``local`` collects one (without the op report, once per
-    process), anything else is a JSON file from ``dsdoctor env --format json``. Bad input raises
+def load_snapshot(path: str, ops: bool = False) -> dict[str, Any]:
+    """Read an environment snapshot: ``local`` collects one (once per process; DeepSpeed's op
+    report, as ``ds_report`` prints it, only with ``ops``: ``report`` pastes it, the rules do not
+    need it), anything else is a JSON file from ``dsdoctor env --format json``. Bad input raises
     UsageError. The result is shared: do not modify it."""
     if path == "local":
-        return _local_snapshot()
+        return _local_snapshot(ops)
     # a FIFO or device is refused before reading; the read is capped (issue 14, item 4)
     raw = read_bounded(path, _MAX_SNAPSHOT_BYTES, "--env", "pass the JSON file written by "
                        "'dsdoctor env --format json --output FILE'")

@@ -223,6 +223,72 @@ def offload_need(stage: int, total_params: int, largest_layer_params: int | None
     return est.row(offload_optimizer)
 
 
+# ------------------------------------------------------------------------- fits on this machine
+
+@dataclass(frozen=True)
+class Hardware:
+    """The machine an estimate is checked against; a size not known is None."""
+
+    gpu_memory_bytes: int | None  # per GPU (the smallest of the node's)
+    host_ram_bytes: int | None  # per node (a cgroup limit when one is set)
+    gpu_name: str | None = None
+    source: str = ""  # where the sizes come from: "--gpu-memory", "env.json", "this machine"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RowFit:
+    """Whether one estimator row's model states fit: on the GPU, in the node's RAM (None: the
+    size is not known)."""
+
+    gpu: bool | None
+    cpu: bool | None
+
+    @property
+    def fits(self) -> bool | None:
+        """False when either does not fit, True when both are known and fit, else None."""
+        if self.gpu is False or self.cpu is False:
+            return False
+        return True if (self.gpu and self.cpu) else None
+
+    @property
+    def label(self) -> str:
+        """"fits", "no: GPU", "no: GPU, RAM", "GPU fits (RAM ?)" ..."""
+        short = [what for what, ok in (("GPU", self.gpu), ("RAM", self.cpu)) if ok is False]
+        if short:
+            return "no: " + ", ".join(short)
+        if self.fits:
+            return "fits"
+        unknown = [what for what, ok in (("GPU", self.gpu), ("RAM", self.cpu)) if ok is None]
+        return f"fits ({', '.join(unknown)} ?)" if len(unknown) < 2 else "?"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpu": self.gpu, "cpu": self.cpu, "fits": self.fits}
+
+
+def row_fit(row: EstimateRow, hw: Hardware) -> RowFit:
+    """The row's per-GPU need against the GPU's memory, its per-node need against the RAM."""
+    gpu = None if hw.gpu_memory_bytes is None else row.gpu_bytes <= hw.gpu_memory_bytes
+    cpu = None if hw.host_ram_bytes is None else row.cpu_bytes <= hw.host_ram_bytes
+    return RowFit(gpu, cpu)
+
+
+def hardware_from_env(snap: dict[str, Any], source: str) -> Hardware:
+    """The GPU memory (the smallest GPU: it fills first) and the RAM of an env snapshot."""
+    gpus = [g for g in snap.get("gpus") or [] if isinstance(g, dict)
+            and isinstance(g.get("memory_total_bytes"), (int, float)) and g["memory_total_bytes"] > 0]
+    small = min(gpus, key=lambda g: g["memory_total_bytes"]) if gpus else None
+    cpu_section = snap.get("cpu")
+    cpu: dict[str, Any] = cpu_section if isinstance(cpu_section, dict) else {}
+    ram = [v for v in (cpu.get("ram_total_bytes"), cpu.get("cgroup_memory_limit_bytes"))
+           if isinstance(v, (int, float)) and v > 0]
+    return Hardware(int(small["memory_total_bytes"]) if small else None,
+                    int(min(ram)) if ram else None,
+                    str(small.get("name")) if small and small.get("name") else None, source)
+
+
 # ------------------------------------------------------------------------- activation memory
 
 #: What an activation figure leaves out (printed next to it).

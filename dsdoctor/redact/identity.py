@@ -44,14 +44,16 @@ _HOST_CONTEXTS = (
     re.compile(r"\bsrun: error: (?P<host>[A-Za-z][A-Za-z0-9_.-]*): task \d"),
     re.compile(r"\*\*\* (?:JOB|STEP) [\d.]+ ON (?P<host>[A-Za-z][A-Za-z0-9_.-]*) CANCELLED"),
     # pdsh/deepspeed multi-node prefix "node-12: [2024-...]" and "worker-1: Traceback"
-    re.compile(r"(?m)^(?P<host>[A-Za-z][A-Za-z0-9_.-]*[-_.][A-Za-z0-9_.-]*\d[A-Za-z0-9_.-]*): "),
+    # (a separator, then a digit: checked by a look-ahead so that the name is one possessive run)
+    re.compile(r"(?m)^(?=[A-Za-z][A-Za-z0-9]*+[-_.][A-Za-z0-9_.-]*?\d)(?P<host>[A-Za-z][A-Za-z0-9_.-]*+): "),
     # WORLD INFO DICT: {'worker-0': [0, 1], 'worker-1': [0, 1]}
     re.compile(r"[{,]\s*'(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]*)':\s*\["),
     # ssh user@host / NCCL "host:port" after "@"
     re.compile(r"(?<![A-Za-z0-9._%+-])[a-z_][a-z0-9_-]{0,31}@(?P<host>[A-Za-z][A-Za-z0-9-]*\d[A-Za-z0-9-]*)(?![A-Za-z0-9.-]*\.[A-Za-z]{2,}\b)"),
     # AWS-style and private-domain hosts
     re.compile(r"\b(?P<host>ip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}(?:\.[A-Za-z0-9.-]+)?)\b"),
-    re.compile(r"\b(?P<host>[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.(?:internal|local|lan|cluster|corp|intra|localdomain))\b"),
+    # (starts only where a name starts, its labels possessive: linear on long dotted runs)
+    re.compile(r"(?<![A-Za-z0-9.-])(?P<host>[A-Za-z0-9-]++(?:\.[A-Za-z0-9-]++)*\.(?:internal|local|lan|cluster|corp|intra|localdomain))\b"),
 )
 # The DeepSpeed launcher's --world_info: base64 of {"host": [gpu, ...], ...}; the host names are
 # learned from it and the blob is re-encoded with the placeholders (it stays decodable).

@@ -105,7 +105,10 @@ _FLAG = re.compile(
     r"(?P<val>" + _QUOTED + r"|(?P<bare>(?!-)[^\s\"']+))"
 )
 # Where an unquoted multi-word value ends: a delimiter, or the next "key=" / "--flag" item.
-_VALUE_END = re.compile(r"[\n\"',;}\])&]|[ \t]+(?=[A-Za-z_][A-Za-z0-9_.-]*[ \t]*[=:](?!//)|--?[A-Za-z])")
+# Possessive runs and a look-behind that starts the blank run at its first character: the
+# search is linear in the text (tests/test_redact_linear.py counts its steps).
+_VALUE_END = re.compile(r"[\n\"',;}\])&]|(?<![ \t])[ \t]++"
+                        r"(?=[A-Za-z_][A-Za-z0-9_.-]*+[ \t]*+[=:](?!//)|--?[A-Za-z])")
 _KEYWORDS = ("token", "secret", "passw", "pwd", "passphrase", "key", "auth", "cred", "cookie",
              "sig")
 

@@ -8,6 +8,8 @@ token that straddles the cut is never printed in part.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -26,8 +28,10 @@ _HOST_KEYS = frozenset({"hostname", "host", "node", "nodename", "master_addr", "
 _USER_KEYS = frozenset({"user", "username", "logname", "slurm_job_user", "sudo_user"})
 
 
-# A run of URL-encoded text ("next=https%3A%2F%2Fu%3Ap%40h", "sig=ab%2Bc%3D").
-_ENCODED_RUN = re.compile(r"[^\s\"'<>]*%[0-9A-Fa-f]{2}[^\s\"'<>]*")
+# A run that may hold URL-encoded text ("next=https%3A%2F%2Fu%3Ap%40h", "sig=ab%2Bc%3D"): every
+# maximal run, so that the search never restarts inside one (linear); _redact_encoded leaves a
+# run without an escape as it is.
+_ENCODED_RUN = re.compile(r"[^\s\"'<>]++")
 # What quote() keeps as is when an encoded run is re-encoded after redaction.
 _URL_SAFE = "/:?&=@;,+$-_.!~*'()<>[]#"
 
@@ -39,6 +43,8 @@ def _redact_plain(text: str) -> str:
 def _redact_encoded(m: re.Match[str]) -> str:
     """A URL-encoded run, decoded, redacted and (only if something was found) re-encoded."""
     run = m.group(0)
+    if "%" not in run:
+        return run
     decoded = unquote(run)
     if decoded == run:
         return run
@@ -67,10 +73,87 @@ def redact_secrets(text: str) -> str:
 _MAX_PASSES = 4
 
 
+# A run that may be base64 (or base64url) of a text long enough to hold a token: a Docker
+# "auth", a Kubernetes secret's data, a basic-auth header under any name. It starts only where a
+# run starts (the look-behind) and is possessive, so the search is linear.
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{16,}+={0,2}")
+# What base64 must decode to for it to be read as text: printable characters and line breaks.
+_B64_TEXT = re.compile(r"[\t\n\r\x20-\x7e\u00a0-\uffff]*")
+
+
+def _base64_text(run: str) -> str | None:
+    """The text a base64 or base64url run decodes to, or None when it is not base64 of text."""
+    body = run.rstrip("=")
+    if len(body) % 4 == 1:
+        return None
+    padded = body + "=" * (-len(body) % 4)
+    try:
+        raw = (base64.urlsafe_b64decode(padded) if ("-" in body or "_" in body)
+               else base64.b64decode(padded, validate=True))
+        text = raw.decode("utf-8")
+    except (ValueError, binascii.Error):
+        return None
+    return text if _B64_TEXT.fullmatch(text) else None
+
+
+def _redact_base64(m: re.Match[str]) -> str:
+    """A base64 run whose decoded text holds a secret goes whole (re-encoding a redacted text
+    would say nothing more); any other run stays as it is."""
+    run = m.group(0)
+    text = _base64_text(run)
+    if text is None or len(text) < 8:
+        return run
+    return run if redact_secrets(text) == text else REDACTED
+
+
+# A hard wrap: the last word of a line and the first word of the next (after blanks and a rank
+# prefix), joined, may be a token that neither half is. A wrapped token may span whole lines.
+_WRAP_TAIL = re.compile(r"(?<![A-Za-z0-9_\-+/=.~])[A-Za-z0-9_\-+/=.~]++$")
+_WRAP_HEAD = re.compile(r"[ \t]*+(?:\[rank\d++\]:[ \t]*+|\d++:[ \t]++)?([A-Za-z0-9_\-+/=.~]++)")
+_WRAP_MAX_LINES = 40  # lines one wrapped word may span (a JWT wrapped at 20 columns: 15)
+_WRAP_MAX_CHARS = 4096  # and characters: the work per line break stays bounded
+
+
+def _join_wrapped(text: str) -> str:
+    """``text`` with every token that a hard wrap split across lines redacted in each piece."""
+    lines = text.split("\n")
+    if len(lines) < 2:
+        return text
+    i = 0
+    while i < len(lines) - 1:
+        tail = _WRAP_TAIL.search(lines[i].rstrip("\r"))
+        if tail is None or REDACTED in tail.group(0):
+            i += 1
+            continue
+        pieces = [(i, tail.start(), tail.end())]
+        joined = tail.group(0)
+        j = i + 1
+        while j < len(lines) and j - i <= _WRAP_MAX_LINES and len(joined) <= _WRAP_MAX_CHARS:
+            line = lines[j].rstrip("\r")
+            head = _WRAP_HEAD.match(line)
+            if head is None:
+                break
+            pieces.append((j, head.start(1), head.end(1)))
+            joined += head.group(1)
+            if head.end(1) != len(line):  # the word ends inside this line: the wrap ends here
+                break
+            j += 1
+        # "# " first: a joined word is no line of its own, so the line formats (a PEM body
+        # line) must not take it for one
+        if len(pieces) > 1 and len(joined) >= 16 and redact_formats("# " + joined) != "# " + joined:
+            for k, start, end in reversed(pieces):
+                lines[k] = lines[k][:start] + REDACTED + lines[k][end:]
+        i += 1
+    return "\n".join(lines)
+
+
 def _redact_once(text: str) -> str:
-    out = _redact_plain(text)
+    # Wraps first: a format may already match the first half of a wrapped token ("sk-proj-"
+    # and 20 characters), which would hide the half that tells it was wrapped.
+    out = _redact_plain(_join_wrapped(text) if "\n" in text else text)
     if "%" in out:
         out = _ENCODED_RUN.sub(_redact_encoded, out)
+    out = _B64_RUN.sub(_redact_base64, out)
     # Two formats may cover the two halves of one value ("token://" then a PEM header): one
     # marker says the same.
     return _MARKER_RUN.sub(REDACTED, out) if REDACTED + REDACTED in out else out
@@ -127,6 +210,12 @@ class Redactor:
     def learn(self, text: str) -> None:
         """Remember user and host names found in ``text`` (only when hiding them)."""
         self._identity.learn(text)
+
+    def add_host(self, host: str) -> None:
+        """Hide ``host`` everywhere from now on (only when hiding hosts): a node the analysis
+        named (the per-rank table's hosts) that no line's context marks as a host."""
+        if self.hosts:
+            self._identity.add_host(host)
 
     def _learn_pair(self, key: str, value: str) -> None:
         k = key.lower()

@@ -190,6 +190,20 @@ def verdict_line(report: Report) -> tuple[str, str]:
     return v.fate.upper(), rest
 
 
+def retry_line(report: Report) -> str | None:
+    """``no — <why>`` for a run that failed, hung, was killed or stopped (``unknown (a resume
+    from the checkpoint of step 5 loses 3 steps) — <why>`` where a retry may help and the log
+    shows a save); None for the others (a healthy run has nothing to retry)."""
+    v = report.verdict
+    if v is None or not v.is_error:
+        return None
+    lost = ""
+    if v.steps_lost is not None and v.retriable != "no":
+        n = f"{v.steps_lost} step{'s' if v.steps_lost != 1 else ''}" if v.steps_lost else "no step"
+        lost = f" (a resume from the checkpoint of step {v.checkpoint_step} loses {n})"
+    return f"{v.retriable}{lost} — {v.retriable_reason}"  # the cost first: text cuts the why
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 and word != 'info' else ''}"
 

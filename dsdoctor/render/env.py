@@ -26,7 +26,7 @@ def shape(snap: dict[str, Any]) -> dict[str, Any]:
     load_snapshot validates what the rules read; this makes the rest safe to render.
     """
     s = dict(snap)
-    for k in ("python", "os", "cpu", "cuda", "nvml", "interconnect", "packages", "env_vars"):
+    for k in ("python", "os", "cpu", "cuda", "nvml", "interconnect", "packages", "env_vars", "shm"):
         s[k] = _d(s.get(k))
     s["gpus"] = [g for g in _l(s.get("gpus")) if isinstance(g, dict)]
     s["disks"] = [d for d in _l(s.get("disks")) if isinstance(d, dict)]
@@ -36,6 +36,7 @@ def shape(snap: dict[str, Any]) -> dict[str, Any]:
         ops["compiled_with"] = _d(ops.get("compiled_with"))
         ops["ops"] = {str(k): v for k, v in _d(ops.get("ops")).items() if isinstance(v, dict)}
         ops["warnings"] = [str(w) for w in _l(ops.get("warnings"))]
+        ops["stderr"] = [str(w) for w in _l(ops.get("stderr"))]
         s["deepspeed_ops"] = ops
     else:
         s["deepspeed_ops"] = None
@@ -106,9 +107,9 @@ _KIND_SHOWN = {"nvme": "NVMe", "ssd": "SSD", "hdd": "HDD (rotational)", "network
 
 def disks_summary(snap: dict[str, Any], limit: int = 8) -> str:
     """"/ ext4 on vda (HDD (rotational)); /dev/shm tmpfs (RAM)": where nvme_path may point."""
-    from dsdoctor.facts.envdisks import storage_kind
+    from dsdoctor.facts.envdisks import is_listed, storage_kind
 
-    disks = shape(snap)["disks"]
+    disks = [d for d in shape(snap)["disks"] if is_listed(d)]
     if "disks" not in snap:
         return "not recorded (snapshot from an older dsdoctor)"
     parts = []
@@ -158,6 +159,30 @@ def cuda_line(snap: dict[str, Any]) -> str:
     return ", ".join(bits)
 
 
+def shm_summary(snap: dict[str, Any]) -> str:
+    """"1.2 GiB used of 2.0 GiB (60%), 12 DeepSpeed buffers 792.0 MiB": how full /dev/shm is and
+    how much of it DeepSpeed's leftover buffers hold; empty when the snapshot does not say."""
+    shm = _d(snap.get("shm"))
+    total, used = shm.get("total_bytes"), shm.get("used_bytes")
+    if not (isinstance(total, int) and isinstance(used, int) and total > 0):
+        return ""
+    out = f"{human_bytes(used)} used of {human_bytes(total)} ({100 * used // total}%)"
+    count = shm.get("deepspeed_buffers")
+    if isinstance(count, int) and count:
+        out += f", {count} DeepSpeed buffer{'s' if count > 1 else ''} {human_bytes(shm.get('deepspeed_bytes'))}"
+    return out
+
+
+def ds_messages(ops: dict[str, Any], limit: int = 20, width: int = 300) -> list[str]:
+    """What DeepSpeed printed while its op report was probed (its warnings, then the child's own
+    stderr), each line as printed, bounded: its own section, never a table's cell."""
+    lines = list(dict.fromkeys([*_l(ops.get("warnings")), *_l(ops.get("stderr"))]))
+    out = [str(t)[:width] + ("..." if len(str(t)) > width else "") for t in lines[:limit]]
+    if len(lines) > limit:
+        out.append(f"[... {len(lines) - limit} more lines]")
+    return out
+
+
 def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows shared by the text and Markdown renderers."""
     snap = shape(snap)
@@ -170,7 +195,10 @@ def summary_rows(snap: dict[str, Any]) -> list[tuple[str, str]]:
         mem += f", cgroup limit {human_bytes(cpu['cgroup_memory_limit_bytes'])}"
     if cpu.get("swap_total_bytes") is not None:
         mem += f", swap {human_bytes(cpu['swap_total_bytes'])}"
-    if cpu.get("shm_total_bytes") is not None:
+    shm = shm_summary(snap)
+    if shm:
+        mem += f", /dev/shm {shm}"
+    elif cpu.get("shm_total_bytes") is not None:
         mem += f", /dev/shm {human_bytes(cpu['shm_total_bytes'])}"
     rows = [
         ("dsdoctor", str(snap.get("dsdoctor_version", "?"))),
@@ -229,8 +257,9 @@ def render_markdown(snap: dict[str, Any], heading: str = "###") -> str:
                 f"wheel compiled with torch {cw.get('version', '?')}, CUDA {cw.get('cuda_version', '?')})",
                 "", "| op name | installed | compatible |", "| --- | --- | --- |"]
         out += [f"| {a} | {b} | {c} |" for a, b, c in ops_rows(ops)]
-        if ops.get("warnings"):
-            out += ["", details("op builder warnings", fence("\n".join(ops["warnings"])))]
+        msgs = ds_messages(ops)
+        if msgs:
+            out += ["", details("DeepSpeed's messages while probing its ops", fence("\n".join(msgs)))]
     env = snap.get("env_vars") or {}
     out += ["", "Relevant environment variables (secrets redacted):", ""]
     out.append(fence("\n".join(f"{k}={v}" for k, v in env.items())) if env else "_none set_")
@@ -270,8 +299,12 @@ def render_text(snap: dict[str, Any], file: Any = None) -> None:
         for row in ops_rows(ops):
             ot.add_row(*(esc(str(c)) for c in row))
         console.print(ot)
-        for w in ops.get("warnings") or []:
-            console.print(f"[yellow]{esc(w)}[/yellow]")
+        msgs = ds_messages(ops)
+        if msgs:
+            # DeepSpeed's own lines, as printed: not re-wrapped, not in a table
+            console.print("DeepSpeed's messages while probing its ops:", style="bold")
+            for w in msgs:
+                console.print(w, markup=False, style="yellow", soft_wrap=True, crop=False)
     env = snap.get("env_vars") or {}
     if env:
         et = Table(title="environment variables (secrets redacted)", title_justify="left")

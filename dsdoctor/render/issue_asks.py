@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dsdoctor.diagnose.problems import NEVER_LEAD
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.configfile import config_bytes
 from dsdoctor.facts.envnodes import node_differences, node_name
@@ -201,6 +202,23 @@ def _known_from_log(run: RunModel | None, name: str) -> tuple[Any, str] | None:
     return known.value, (Path(where).name if known.source.file else where)
 
 
+#: A run is said to have skipped "nearly every step" from this share of its steps on, once it
+#: has done this many (a few skips while the loss scale warms up are normal).
+NEARLY_ALL_SKIPPED = 0.8
+MIN_STEPS_FOR_SKIP_SHARE = 5
+
+
+def _skipped_steps(report: Report | None, from_banner: int | None) -> int | None:
+    """Steps the fp16 loss scaler skipped: the engine's ``skipped=`` counter, else the
+    ``OVERFLOW! Rank N Skipping step`` lines counted once per step (each rank prints its own)."""
+    if from_banner:
+        return from_banner
+    sym = report.symptom("fp16-overflow") if report is not None else None
+    if sym is None or not sym.count:
+        return None
+    return max(1, sym.count // max(1, len(sym.ranks)))
+
+
 def run_state_md(report: Report | None, run: RunModel | None, ex: LogExcerpt | None,
                  configs: Sequence[ConfigText], logs: Sequence[str]) -> list[str]:
     """Bullets answering what the maintainer asks next (or asking the user precisely)."""
@@ -234,9 +252,16 @@ def run_state_md(report: Report | None, run: RunModel | None, ex: LogExcerpt | N
     if steps is not None:
         at = f"{Path(steps.source.file).name}:{steps.source.line}" if steps.source.file else "the log"
         line = f"- Steps done: {steps.value} (last step line: `{at}`)"
-        if skipped is not None and skipped.value:
-            line += f"; steps skipped by the fp16 loss scaler: {skipped.value}"
+        n_skipped = _skipped_steps(report, skipped.value if skipped is not None else None)
+        if n_skipped:
+            line += f"; steps skipped by the fp16 loss scaler: {n_skipped}"
         out.append(line + ".")
+        if n_skipped and steps.value and steps.value >= MIN_STEPS_FOR_SKIP_SHARE \
+                and n_skipped >= NEARLY_ALL_SKIPPED * steps.value:
+            share = min(100, round(100 * n_skipped / steps.value))
+            out.append(f"- **Nearly every step was skipped:** {n_skipped} of {steps.value} steps "
+                       f"({share}%) were skipped by the fp16 loss scaler (gradient overflow), so the "
+                       "weights were hardly updated: the run did not train, whatever else it printed.")
     elif report is not None and logs:
         out.append("- Steps done: the log prints no step counter; say at which step (or during "
                    "start-up, loading, saving) it failed.")
@@ -291,8 +316,8 @@ def triage(report: Report | None, have_log: bool) -> list[Finding]:
         return []
     out = []
     for f in report.findings:
-        if f.severity != "error" or not f.fix.strip():
-            continue
+        if f.severity != "error" or not f.fix.strip() or f.rule in NEVER_LEAD:
+            continue  # a side note never heads the body
         user_side = f.rule in USER_SIDE_RULES or f.rule.startswith(("DS2", "DS3"))
         # With a log, only a finding resting on its lines explains *this* failure.
         if user_side and (bool(f.evidence) or not have_log):

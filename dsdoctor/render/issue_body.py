@@ -25,7 +25,7 @@ from dsdoctor import __version__
 from dsdoctor.diagnose.problems import NEVER_LEAD
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.run import RunModel
-from dsdoctor.model import Report
+from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
 from dsdoctor.render.env import (
     cuda_line,
@@ -121,7 +121,7 @@ def _findings_md(report: Report | None, red: Redactor) -> list[str]:
     if report is None:
         return []
     out: list[str] = []
-    for f in report.findings:
+    for f in lead_first(report.findings):
         logged = [e for e in f.evidence if e.file != STACKS_FILE]
         loc = f" (evidence: {', '.join(_loc(e) for e in logged[:3])})" if logged else ""
         cfg = f" [config `{f.config_path}`]" if f.config_path else ""
@@ -142,6 +142,20 @@ def _findings_md(report: Report | None, red: Redactor) -> list[str]:
             out.append(f"- `{s.kind}`: {s.count} occurrence(s), first at {_loc(s.first)}{ranks}: "
                        f"`{red.cut(s.first.text, 200).replace('`', chr(39))}`")
     return out
+
+
+def _ranks_md(report: Report | None, red: Redactor) -> str:
+    """Which rank made the others wait (the culprit's sentence) and the per-rank table, grouped
+    by state (diagnose/ranks.py): the question a maintainer asks first about a hang; nothing
+    when every rank ended alike and none stands out."""
+    table = report.ranks if report is not None else None
+    if table is None or (len(table.groups) < 2 and table.culprit is None):
+        return ""
+    for host in dict.fromkeys(r.host for r in table.ranks if r.host):
+        red.add_host(host)  # the launcher's rank mapping names the nodes: hidden like any host
+    said = f": {red.text(table.culprit.sentence)}." if table.culprit is not None else ":"
+    rows = "\n".join(red.text(line).replace("`", "'") for line in table.lines())
+    return f"**Ranks** ({len(table.ranks)}, by state){said}\n\n```text\n{rows}\n```"
 
 
 def _pkg_versions(env: dict[str, Any] | None) -> dict[str, str | None]:
@@ -174,10 +188,50 @@ def _config_summary(configs: Sequence[ConfigText]) -> str:
     return ""
 
 
+def lead_first(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings in the order the body tells them: a side note (NEVER_LEAD, e.g. DS314 on any
+    ZeRO-3 config) after every other finding, so that it never headlines the report."""
+    return sorted(findings, key=lambda f: f.rule in NEVER_LEAD)
+
+
+#: Parentheses of a verdict's sentence that locate rather than name: "(line 180)",
+#: "(from line 4)", "(2 watchdog/timeout line(s), first at line 4)".
+_WHERE_RE = re.compile(r"\s*\((?:from )?lines? \d+\)|\s*\(\d+ [\w/]+ line\(s\), first at line \d+\)")
+_FATE_LABELS = {"hung": "Hang: ", "not-learning": "Not learning: "}
+
+
+def cause_title(report: Report | None) -> str:
+    """The cause the analysis found, as a title: the verdict's first clause ("hung: an
+    _REDUCE_SCATTER_BASE (SeqNum 4210) timed out after 600 s on rank 6") without where it was
+    seen; empty when no verdict names one (a healthy run, or a failure only an unknown error
+    line decided)."""
+    v = report.verdict if report is not None else None
+    if v is None or not v.is_error or v.decided_by == "error-line" or not v.sentence:
+        return ""
+    fate, _, rest = v.sentence.partition(": ")
+    if not rest:
+        return ""
+    rest = _WHERE_RE.sub("", rest)
+    rest = re.split(r"; |\. (?=[A-Z])", rest, maxsplit=1)[0].strip().rstrip(".")
+    # "rank 1 never entered all_reduce: it printed no timeout, ...": the clause before a colon
+    # (outside parentheses) names the cause, the rest explains it
+    for m in re.finditer(r": ", rest):
+        head = rest[:m.start()]
+        if head.count("(") == head.count(")") and len(head.split()) >= 4:
+            rest = head
+            break
+    if not rest:
+        return ""
+    label = _FATE_LABELS.get(fate, "")
+    return label + rest if label else rest[0].upper() + rest[1:]
+
+
 def _title(report: Report | None, ex: LogExcerpt | None, prefix: str, kind: str,
            env: dict[str, Any] | None, red: Redactor) -> str:
     text = ""
-    if report is not None:
+    if report is not None and kind == "training":
+        text = cause_title(report)
+    if report is not None and not text:
         # a side note (NEVER_LEAD) never titles an issue: the error line or symptom says more
         leads = [f for f in report.findings if f.rule not in NEVER_LEAD]
         errs = [f for f in leads if f.severity == "error"] or leads
@@ -242,7 +296,8 @@ def _description(report: Report | None, ex: LogExcerpt | None, env: dict[str, An
         parts.append(f"The first error in the log (`{Path(ex.file).name}` line {ex.error_line}) is: "
                      f"`{ex.error.replace('`', chr(39))}`.")
     if report is not None and report.findings:
-        parts.append("dsdoctor's diagnosis: " + "; ".join(f"{f.rule} {f.title}" for f in report.findings[:3]) + ".")
+        parts.append("dsdoctor's diagnosis: " + "; ".join(
+            f"{f.rule} {f.title}" for f in lead_first(report.findings)[:3]) + ".")
     elif report is not None and report.symptoms:
         parts.append("The log shows: " + ", ".join(f"{s.kind} ({s.count}x)" for s in report.symptoms[:5]) + ".")
     return " ".join(parts)
@@ -383,6 +438,9 @@ def build_issue(*, target: str, report: Report | None, logs: Sequence[str],
     cfg_md = "#### Config\n\n" + config_md(configs, printed, report, launch) if kind != "env" else ""
     env_md = render_markdown(env, heading="####") if env is not None else None
     diag = ["**Diagnosis by dsdoctor**", ""] + (findings or ["_dsdoctor found no known failure pattern._"])
+    ranks_md = _ranks_md(report, red)
+    if ranks_md:
+        diag += ["", ranks_md]
     steps = ("Steps to reproduce the behavior:\n1. " + TODO.format("minimal script/command and data to "
              "reproduce (only you can answer this)") + "\n2. Launch command and config below\n3. See error")
     if kind == "install":

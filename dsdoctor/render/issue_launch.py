@@ -29,6 +29,7 @@ from dsdoctor.facts.launch import is_shell_script as facts_is_shell_script
 from dsdoctor.facts.logfacts import literal
 from dsdoctor.model import Fact, Report
 from dsdoctor.render.env import fence
+from dsdoctor.render.issue_log import lines_after
 
 #: Launchers, in the order they are recognized in a command's first words.
 _LAUNCHERS: tuple[tuple[str, str], ...] = (
@@ -148,7 +149,8 @@ def command_from_fact(fact: Fact) -> LaunchCommand | None:
         if not isinstance(cmd, str) or not cmd.strip():
             return None
         source = "runner cmd" if "deepspeed.launcher.launch" in cmd else "typed command"
-        return LaunchCommand(launcher_of(cmd), cmd.strip(), ev.file, ev.line, source, _world(cmd))
+        cmd = _continued(cmd.strip(), ev.file, ev.line)
+        return LaunchCommand(launcher_of(cmd), cmd, ev.file, ev.line, source, _world(cmd))
     if fact.name in ("launch-argv", "launch-failed-cmd"):
         argv = literal(str(fact.values.get("argv", "")))
         if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
@@ -157,6 +159,34 @@ def command_from_fact(fact: Fact) -> LaunchCommand | None:
         source = "rank argv" if fact.name == "launch-argv" else "accelerate failure"
         return LaunchCommand("python", text, ev.file, ev.line, source)
     return None
+
+
+#: Continuation lines read after a pasted command that ends in ``\\`` (a shell script's options
+#: one per line); a command longer than this is cut, and says so.
+MAX_CONTINUATIONS = 200
+
+
+def _continued(cmd: str, file: str, line: int) -> str:
+    """A command echoed or pasted over several lines (``deepspeed train.py \\`` then indented
+    ``--deepspeed ds.json \\`` lines), joined as the shell joins it. The scan's pattern sees one
+    line; the rest is read from the log after it."""
+    if not cmd.endswith("\\") or not os.path.isfile(file):
+        return cmd
+    parts = [cmd[:-1].rstrip()]
+    more = lines_after(file, line, MAX_CONTINUATIONS + 1)
+    for i, text in enumerate(more):
+        piece = text.strip()
+        if i == MAX_CONTINUATIONS:
+            parts.append("[... continuation lines cut]")
+            break
+        if not piece:
+            break  # a blank line ends the paste: the command's last part was cut by it
+        if piece.endswith("\\"):
+            parts.append(piece[:-1].rstrip())
+            continue
+        parts.append(piece)
+        break
+    return " ".join(p for p in parts if p)
 
 
 def _rank_of(cmd: LaunchCommand) -> int:

@@ -170,6 +170,15 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
                 found = _excerpt_in_file(spot[0], spot[1])
                 if found is not None:
                     break
+    if found is None:
+        # The paste may stop inside a traceback's first line ("Traceback (most r"): no pattern
+        # names it, but it is a cut traceback, not a log without an error.
+        for path in paths:
+            at = cut_header_at_end(path)
+            if at is not None:
+                found = _excerpt_in_file(path, at)
+                if found is not None:
+                    break
     if found is None or len(paths) < 2:
         return found
     others = []
@@ -183,6 +192,45 @@ def first_error_excerpt(paths: Sequence[str], anchor: tuple[str, int] | None = N
         if ex is not None:
             others.append((path, ex.error_line, ex.error))
     return replace(found, others=tuple(others))
+
+
+#: The header every Python traceback starts with; a paste can stop anywhere inside it.
+_TB_HEADER = "Traceback (most recent call last):"
+#: Lines looked at from the end of a log for a cut header (blank lines and shell prompts after it).
+_TAIL_LINES = 3
+
+
+def is_cut_header(text: str) -> bool:
+    """Whether a (rank-peeled) line is a traceback header, whole or cut (``Traceback (most r``)."""
+    t = text.strip()
+    return t.startswith("Traceback") and _TB_HEADER.startswith(t)
+
+
+def cut_header_at_end(path: str) -> int | None:
+    """The line number of a traceback header among the last non-empty lines of the log (the
+    paste stopped there), else None. The log is streamed once; only the last lines are kept."""
+    tail: deque[tuple[int, bytes]] = deque(maxlen=_TAIL_LINES)
+    for n, piece in _iter_raw(path):
+        if piece.strip():
+            tail.append((n, piece))
+    for n, piece in reversed(tail):
+        if is_cut_header(normalize(piece).text):
+            return n
+    return None
+
+
+def lines_after(path: str, line: int, count: int) -> list[str]:
+    """Up to ``count`` lines of the log after line ``line``, rank-peeled (a pasted command's
+    continuation lines); an unreadable log gives none."""
+    out: list[str] = []
+    try:
+        for _, piece in _iter_raw(path, line + 1):
+            if len(out) >= count:
+                break
+            out.append(normalize(piece).text)
+    except (OSError, ValueError):
+        return []
+    return out
 
 
 def _excerpt_in_file(path: str, want_line: int | None) -> LogExcerpt | None:
@@ -306,8 +354,11 @@ def _dedupe(path: str, collected: list[tuple[int, str, Any]], complete: bool, hi
         # the excerpt's traceback has no exception line: say so, with where it stops, rather
         # than quote "Traceback (most recent call last):" as the error
         frames = [t.strip() for t in texts[idx:] if _FRAME_RE.search(t)]
-        error = "a traceback cut before its exception line" + (
-            f" (its last frame: {frames[-1]})" if frames else "")
+        if not frames and idx == len(texts) - 1 and is_cut_header(error) and error != _TB_HEADER:
+            error = f"a traceback cut in its first line (the log ends with `{error}`)"
+        else:
+            error = "a traceback cut before its exception line" + (
+                f" (its last frame: {frames[-1]})" if frames else "")
     error_line = out[idx].line if out else 0
     ranks_at = out[idx].ranks if out else ()
     if not ranks_at and collected:

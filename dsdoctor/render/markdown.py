@@ -12,6 +12,7 @@ from dsdoctor.render.analysis import (
     inputs_summary,
     problem_heading,
     ranks_text,
+    retry_line,
     summary_counts,
     symptom_values_summary,
     timeline_summary,
@@ -31,6 +32,10 @@ def render_markdown(report: Report, verbose: bool = False) -> str:
     out.append("")
     out.append(f"**{fate}**: {rest}")
     out.append("")
+    retry = retry_line(report)
+    if retry is not None:
+        out.append(f"**Retry**: {retry}")
+        out.append("")
     if report.ranks is not None:
         out.append(f"Ranks ({len(report.ranks.ranks)}, by state):")
         out.append("")

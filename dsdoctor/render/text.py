@@ -24,6 +24,7 @@ from dsdoctor.render.analysis import (
     inputs_summary,
     problem_heading,
     ranks_text,
+    retry_line,
     short_names,
     summary_counts,
     symptom_values_summary,
@@ -122,6 +123,7 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
     out = _Printer(report, color, width or WIDTH)
     fate, rest = verdict_line(report)
     out.styled([(fate, FATE_STYLE.get(fate, "bold")), (f": {rest}", "")])
+    _retry(out, report)
     # right under the verdict: which rank made the others wait. Ranks that all ended the same
     # way (every rank raised the same exception) add nothing to the verdict's line in the
     # short text; the JSON and Markdown always have them.
@@ -161,6 +163,18 @@ def render_text(report: Report, color: bool = True, width: int | None = None,
         report.findings or report.symptoms) else ("", "")
     out.styled([(summary_counts(report), ""), hint])
     return out.text()
+
+
+def _retry(out: _Printer, report: Report) -> None:
+    """Whether a retry can help, and why, right under the verdict (diagnose/retry.py)."""
+    from rich.text import Text  # noqa: PLC0415
+
+    said = retry_line(report)
+    if said is not None:  # one line, cut at the width: the JSON and Markdown have it whole
+        t = Text()
+        t.append("Retry", style="bold")
+        t.append(f": {said}")
+        out.console.print(t, overflow="ellipsis", no_wrap=True)
 
 
 def _ranks(out: _Printer, report: Report) -> None:

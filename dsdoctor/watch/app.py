@@ -38,7 +38,11 @@ from dsdoctor.watch.progress import StallChange, StallStatus, TqdmTick
 from dsdoctor.watch.ranks import RankProcess
 from dsdoctor.watch.tailer import POLL_SECONDS, WatchState
 
+# the header's icon: Textual's default (U+2B58) is missing from common monospace fonts; an ASCII
+# character every font has
+HEADER_ICON = "#"
 TICK_SECONDS = 1.0  # the header's "last progress Ns ago" and the stall check tick this often
+SHORT_ROWS = 32  # fewer rows: no symptom and event panes
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
@@ -57,26 +61,36 @@ def progress_header(stall: StallStatus, bar: TqdmTick | None = None) -> str:
     return " | ".join(parts)
 
 
-def finding_detail(f: Finding, red: Redactor) -> Text:
-    """A finding in full: what, why, the fix, the config key and every evidence line."""
+EVIDENCE_SHOWN = 3  # evidence lines in the detail; Enter shows them all, marked, in the log
+
+
+def finding_detail(f: Finding, red: Redactor,
+                   where: Callable[[Evidence], str] = lambda ev: ev.location) -> Text:
+    """A finding in full: what, the fix, the evidence (the first lines), why, the config key.
+    The fix and the evidence come before the explanation: on a small screen they are what
+    must be in view without scrolling."""
     text = Text()
     text.append(f"{f.rule} {f.name} ({f.severity})\n", style=SEVERITY_STYLE.get(f.severity, ""))
     text.append(red.text(f.title) + "\n", style="bold")
-    if f.message:
-        text.append(red.text(f.message) + "\n")
     if f.fix:
         text.append("fix: ", style="bold green")
         text.append(red.text(f.fix) + "\n")
-    if f.config_path:
-        where = f" ({f.config_file}:{f.config_line})" if f.config_file and f.config_line else ""
-        text.append(f"config: {f.config_path}{where}\n", style="cyan")
     if f.evidence:
-        text.append("evidence:\n", style="bold")
-        for ev in f.evidence:
-            text.append(f"  {ev.location}: ", style="cyan")
+        for ev in f.evidence[:EVIDENCE_SHOWN]:
+            text.append(f"{where(ev)}: ", style="cyan")
             text.append(red.cut(ev.text, 200) + "\n")
+        if len(f.evidence) > EVIDENCE_SHOWN:
+            more = len(f.evidence) - EVIDENCE_SHOWN
+            text.append(f"... {more} more evidence line{'s' if more > 1 else ''}: Enter shows "
+                        "them in the log\n", style="dim")
     else:
         text.append("no log line: from the inputs (config, script, environment)\n", style="dim")
+    if f.message:
+        text.append("why: ", style="bold")
+        text.append(red.text(f.message) + "\n")
+    if f.config_path:
+        where_cfg = f" ({f.config_file}:{f.config_line})" if f.config_file and f.config_line else ""
+        text.append(f"config: {f.config_path}{where_cfg}\n", style="cyan")
     for ref in f.references:
         text.append(f"see {ref}\n", style="dim")
     return text
@@ -86,6 +100,12 @@ def finding_key(f: Finding) -> str:
     return f"{f.rule}:{f.name}"
 
 
+def newest_line(f: Finding) -> int:
+    """The latest log line of a finding's evidence (0 without one): the newest problem of a
+    severity is listed, and selected, first."""
+    return max((ev.line for ev in f.evidence), default=0)
+
+
 class WatchApp(App):
     """Live view of a training log."""
 
@@ -93,31 +113,41 @@ class WatchApp(App):
     ENABLE_COMMAND_PALETTE = False  # ctrl+p would cover the findings; every action has a key
     CSS = """
     #status { height: 1; padding: 0 1; }
+    .short #bottom { display: none; }
     #machine { height: 1; padding: 0 1; color: $text-muted; }
-    #plots { height: auto; max-height: 4; padding: 0 1; }
+    #plots { height: auto; max-height: 3; padding: 0 1; }
+    #plots.empty { display: none; }
     #stall { height: auto; max-height: 12; padding: 0 1; background: $error 30%; display: none; }
+    #stall.roomy { max-height: 24; }
     #stall.stalled { display: block; }
     #stall.cleared { display: block; background: $warning 20%; }
-    #top { height: 1fr; min-height: 6; }
-    #findings { width: 1fr; border: none; }
-    #detail { width: 1fr; border-left: solid $accent; padding: 0 1; }
+    #top { height: 3fr; min-height: 6; }
+    #top.empty { height: 2; min-height: 2; }
+    #top.empty #findings { display: none; }
+    #findings { width: 2fr; border: none; }
+    #detail { width: 3fr; border-left: solid $accent; padding: 0 1; }
     #log-title { height: 1; padding: 0 1; background: $accent 30%; }
-    #log { height: 1fr; min-height: 4; }
+    #log { height: 2fr; min-height: 4; }
     #bottom { height: 7; border-top: solid $accent; }
+    #bottom.empty { display: none; }
     #symptoms { width: 1fr; overflow-x: hidden; }
+    #symptoms.empty { display: none; }
     #events { width: 1fr; border-left: solid $accent; overflow-x: hidden; }
+    #events.empty { display: none; }
+    #events.alone { border-left: none; }
     #note { height: 1; padding: 0 1; }
     #note.searching { display: none; }
     #search { height: 1; border: none; padding: 0 1; display: none; }
     #search.searching { display: block; }
     """
-    BINDINGS = [Binding("q", "quit", "quit"), Binding("p", "pause", "pause"),
-                Binding("slash", "search", "search"),
+    # the footer drops what does not fit from its end: quit and report first (80 columns)
+    BINDINGS = [Binding("q", "quit", "quit"), Binding("r", "report", "report"),
+                Binding("slash", "search", "search"), Binding("p", "pause", "pause"),
                 Binding("n", "search_next(True)", "next"),
                 Binding("N", "search_next(False)", "previous"),
                 Binding("f", "next_file", "next file"),
                 Binding("escape", "leave", "follow"),
-                Binding("c", "clear", "clear"), Binding("r", "report", "report"),
+                Binding("c", "clear", "clear"),
                 # Ctrl-C leaves like q (Textual would only hint at ctrl+q): the summary follows
                 Binding("ctrl+c", "quit", "quit", show=False, priority=True)]
 
@@ -151,6 +181,9 @@ class WatchApp(App):
         self._py_spy_note = py_spy_note
         self.findings: list[Finding] = []  # as listed, most severe first
         self._listed: tuple[str, ...] | None = None  # None: never listed yet
+        # the finding the app selected itself (the newest most severe); while the user has not
+        # moved off it, a newer, more severe one takes its place
+        self._auto_key: str | None = None
         self._progress_text = ""
         self._symptom_rows: list[tuple[str, str, str, str, str]] = []
         self._search_from = 0  # the line a search starts from (n/N move it)
@@ -162,22 +195,24 @@ class WatchApp(App):
         self.log_pane = LogPane(source.paths, self._red, id="log")
 
     def compose(self) -> ComposeResult:
-        yield Header()
-        with Vertical():
+        yield Header(icon=HEADER_ICON)
+        with Vertical(id="screen"):
             yield Static("", id="status")
             yield Static("", id="machine")
-            yield Static("", id="plots")
-            yield Static("", id="stall")
-            with Horizontal(id="top"):
+            yield Static("", id="plots", classes="empty")
+            yield Static("", id="stall", classes="roomy")  # the bottom row starts empty
+            with Horizontal(id="top", classes="empty"):
                 yield OptionList(id="findings")
                 with VerticalScroll(id="detail"):
-                    yield Static("up/down: a finding in full; Enter: its evidence in the log; "
-                                 "Tab: to the log view", id="detail-text")
+                    yield Static("no findings yet: reading the log", id="detail-text")
             yield Static("", id="log-title")
             yield self.log_pane
-            with Horizontal(id="bottom"):
-                yield DataTable(id="symptoms", zebra_stripes=True, cursor_type="none")
-                yield RichLog(id="events", wrap=False, markup=False, max_lines=500)
+            # empty panes give their room to the log view until something comes
+            with Horizontal(id="bottom", classes="empty"):
+                yield DataTable(id="symptoms", zebra_stripes=True, cursor_type="none",
+                                classes="empty")
+                yield RichLog(id="events", wrap=False, markup=False, max_lines=500,
+                              classes="empty")
             yield Static("", id="note")
             # in the note's place, the same height: opening it moves nothing on the screen
             yield Input(placeholder="search the log (Enter: keep, Esc: leave)", id="search")
@@ -200,11 +235,27 @@ class WatchApp(App):
             self._event_note(note)
         threading.Thread(target=self._worker, daemon=True, name="dsdoctor-tail").start()
 
+    def on_resize(self) -> None:
+        """A short terminal (80x24): the symptom and event panes give their rows to the finding
+        and the log (they repeat what the findings and the log view say)."""
+        self.query_one("#screen").set_class(self.size.height < SHORT_ROWS, "short")
+
     def _event_note(self, note: str) -> None:
         """A line of watch's own in the events pane (it stays there, unlike the message line)."""
+        self._show_pane("events", True)
         self.query_one("#events", RichLog).write(
             Text(self._red.text(note), style="yellow", no_wrap=True,
                  overflow="ellipsis"), shrink=True)
+
+    def _show_pane(self, name: str, shown: bool) -> None:
+        """A bottom pane shown or not; the bottom row hidden when both are (the log view grows)."""
+        self.query_one(f"#{name}").set_class(not shown, "empty")
+        empty = all(self.query_one(f"#{n}").has_class("empty") for n in ("symptoms", "events"))
+        self.query_one("#bottom").set_class(empty, "empty")
+        self.query_one("#events").set_class(self.query_one("#symptoms").has_class("empty"),
+                                            "alone")
+        # the stall banner's stacks get the room the bottom row would take
+        self.query_one("#stall").set_class(empty, "roomy")
 
     def say(self, message: str, style: str = "") -> None:
         """A message on its own line (never a toast over the findings)."""
@@ -228,7 +279,8 @@ class WatchApp(App):
                 if self.launched is not None and self.exit_status is None:
                     self.exit_status = self.launched.poll()
                 # the series are read here, in the worker that appends to them
-                plots = self.tailer.series.lines(self.tailer.stall.intervals())
+                plots = self.tailer.series.layout(self.tailer.stall.intervals(),
+                                                  max(20, self.size.width - 2))
                 self.call_from_thread(self._apply_progress, self.tailer.stall.status(), plots,
                                       self.tailer.bar)
             if not self.paused:
@@ -313,7 +365,9 @@ class WatchApp(App):
 
     def _apply_progress(self, stall: StallStatus, plots: list[str],
                         bar: TqdmTick | None = None) -> None:
-        self.query_one("#plots", Static).update(Text("\n".join(plots), style="cyan"))
+        box = self.query_one("#plots", Static)
+        box.set_class(not plots, "empty")
+        box.update(Text("\n".join(plots), style="cyan", no_wrap=True, overflow="ellipsis"))
         self._progress_text = progress_header(stall, bar)
         self._set_sub_title()
         self._list_findings(self.tailer.state.findings)  # the hang, once raised or cleared
@@ -358,6 +412,7 @@ class WatchApp(App):
                  self._where(s.last)) for s in state.symptoms]
         if rows != self._symptom_rows:  # redrawn only when it changed (no flicker, no cost)
             self._symptom_rows = rows
+            self._show_pane("symptoms", bool(rows))
             table = self.query_one("#symptoms", DataTable)
             table.clear()
             for row in rows:
@@ -371,6 +426,8 @@ class WatchApp(App):
         self._list_findings(state.findings)
         self._refresh_log()
         ev_log = self.query_one("#events", RichLog)
+        if events:
+            self._show_pane("events", True)
         for kind, ev, _ in events[-200:]:
             new = kind not in self._seen_kinds
             self._seen_kinds.add(kind)
@@ -391,32 +448,36 @@ class WatchApp(App):
         """The findings list, most severe first; rebuilt only when it changes, keeping the
         selected one selected."""
         shown = list(findings) + ([self.ram_alert] if self.ram_alert is not None else [])
-        shown.sort(key=lambda f: SEVERITY_ORDER.get(f.severity, 3))
+        # most severe first, the newest first within a severity: the top one is the diagnosis
+        shown.sort(key=lambda f: (SEVERITY_ORDER.get(f.severity, 3), -newest_line(f)))
         if self.hang is not None:  # the hang first: it is what the stall banner is about
             shown.insert(0, self.hang)
         keys = tuple(finding_key(f) + f.title for f in shown)
         self.findings = shown
         if keys == self._listed:
             return
+        self.query_one("#top").set_class(not shown, "empty")
         if not shown:
             self.query_one("#detail-text", Static).update(
                 "no findings: the rules found nothing to say in what was read so far")
-        elif not self._listed:
-            self.query_one("#detail-text", Static).update(
-                "up/down: a finding in full; Enter: its evidence in the log; Tab: to the log view")
         self._listed = keys
         options = self.query_one("#findings", OptionList)
         selected = options.highlighted_option.id if options.highlighted_option else None
+        if selected == self._auto_key:  # the user did not move: the diagnosis now, selected
+            selected = finding_key(shown[0]) if shown else None
+            self._auto_key = selected
         options.clear_options()
         for f in shown:
             prompt = Text(f"{f.severity:<7} ", style=SEVERITY_STYLE.get(f.severity, ""))
             prompt.append(f"{f.rule} {f.name}: ", style="bold")
             prompt.append(self._red.text(f.title))
             options.add_option(Option(prompt, id=finding_key(f)))
-        if selected is not None:
-            for i, f in enumerate(shown):
-                if finding_key(f) == selected:
-                    options.highlighted = i
+        for i, f in enumerate(shown):
+            if finding_key(f) == selected:
+                options.highlighted = i
+                # in full at once, no key needed (OptionHighlighted does not come when the
+                # index is unchanged, yet the finding at it may be another)
+                self.select_finding(finding_key(f), jump=False)
 
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         """Moving in the list shows the finding in full; the log view keeps following."""
@@ -434,7 +495,8 @@ class WatchApp(App):
         finding = next((f for f in self.findings if finding_key(f) == key), None)
         if finding is None:
             return
-        self.query_one("#detail-text", Static).update(finding_detail(finding, self._red))
+        self.query_one("#detail-text", Static).update(
+            finding_detail(finding, self._red, self._where))
         if not jump or not finding.evidence:
             return
         first = finding.evidence[0]

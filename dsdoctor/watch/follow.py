@@ -45,6 +45,7 @@ class Follower:
         for t in self.tailers:
             t.on_progress = self._on_progress
             t.on_tick = self._on_tick
+            t.on_overflow = self._on_overflow
         self.state = WatchState()
         # the launcher's "spawned with command" lines (pid and argv), from the last snapshot:
         # watch LOG finds the ranks' pids in them (spawned.py)
@@ -61,6 +62,10 @@ class Follower:
         if change:
             with self._lock:
                 self._changes.append(change)
+
+    def _on_overflow(self, ev: Evidence, values: dict) -> None:
+        # a skipped step is no progress, but its scale is what collapses (series.py)
+        self.series.overflow(ev.rank, values)
 
     @property
     def bar(self) -> TqdmTick | None:
@@ -82,7 +87,7 @@ class Follower:
         return self._caught_up
 
     def _lines(self) -> int:
-        return sum(t.tail.lines_read for t in self.tailers)
+        return sum(t.lines_read for t in self.tailers)
 
     def poll(self) -> bool:
         """Read what is new in every log; True when something was read."""
@@ -104,7 +109,7 @@ class Follower:
 
     def flush(self, final: bool = False) -> None:
         for t in self.tailers:
-            t.tail.flush(final=final)
+            t.flush(final=final)
 
     def take_events(self) -> list[tuple[str, Evidence, dict]]:
         out: list[tuple[str, Evidence, dict]] = []
@@ -127,5 +132,5 @@ class Follower:
                      for t in self.tailers]
         self.launch_facts = tuple(f for f in res.facts
                                   if f.name == "launch-argv" and "pid" in f.values)
-        self.state = watch_state(self.inputs, res, self.state)
+        self.state = watch_state(self.inputs, res, self.state, self.series.skipped)
         return self.state

@@ -111,7 +111,7 @@ def exit_code(findings: Sequence[Finding]) -> int:
 def summary_lines(findings: Sequence[Finding], limit: int = 8) -> list[str]:
     """What watch says on exit: one line per problem, WATCH-HANG's stacks under it."""
     if not findings:
-        return ["dsdoctor watch: no problem found in what was read"]
+        return ["dsdoctor watch: no problem found in what was read", exit_line(findings)]
     out = [f"dsdoctor watch: {len(findings)} problem{'s' if len(findings) > 1 else ''} seen:"]
     for f in findings[:limit]:
         out.append(f"  {f.severity}: {f.rule} {f.name}: {f.title}")
@@ -120,7 +120,16 @@ def summary_lines(findings: Sequence[Finding], limit: int = 8) -> list[str]:
                     for ev in f.evidence]
     if len(findings) > limit:
         out.append(f"  ... and {len(findings) - limit} more: 'dsdoctor analyze' on the log")
+    out.append(exit_line(findings))
     return out
+
+
+def exit_line(findings: Sequence[Finding]) -> str:
+    """The last line of the summary: the exit code and why (analyze's convention: 1 on an
+    error finding; a hang is one)."""
+    errors = sum(1 for f in findings if f.severity == "error")
+    why = f"{errors} error finding{'s' if errors > 1 else ''}" if errors else "no error finding"
+    return f"dsdoctor watch: exit {exit_code(findings)} ({why})"
 
 
 # ------------------------------------------------------------------ to the report's subprocess

@@ -47,8 +47,8 @@ def slurm_tasks_per_node(ctx: Context, rule: Any) -> Iterator[Finding]:
             f"{path}:{tasks[1]} asks SLURM for --ntasks-per-node={n}, and each task runs "
             f"{launcher} ({path}:{line}), which itself starts one process per GPU: every node then "
             f"runs {n} launchers that all claim the same GPUs, node_rank ($SLURM_PROCID counts "
-            f"tasks, not nodes) and rendezvous port, so the job hangs at rendezvous or fails with "
-            f"'Address already in use' / duplicate ranks. The Transformers guide: "
+            f"tasks, not nodes) and rendezvous port, which can end in a hang at rendezvous, "
+            f"'Address already in use' or duplicate ranks. The Transformers guide: "
             f"--ntasks-per-node=1 is crucial, one launcher per node.",
             fix=f"set #SBATCH --ntasks-per-node=1 at {path}:{tasks[1]} (give the node's cores with "
                 f"--cpus-per-task); or drop {launcher} and start one task per GPU with "

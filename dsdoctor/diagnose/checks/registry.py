@@ -36,6 +36,7 @@ from dsdoctor.diagnose.checks import (
     release_traps,
     run_sources,
     script_loops,
+    shm_leftovers,
     ssh,
     tf32,
     traceback_cut,
@@ -117,6 +118,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     release_traps.no_sync_preflight,  # DS238
     release_traps.moe_zero3_leaf_modules,  # DS239
     env_nodes.env_differs_across_nodes,  # DS246
+    shm_leftovers.shm_filled_by_leftovers,  # DS247
     config_keys.duplicate_keys,  # DS301
     config_keys.unknown_keys_ignored,  # DS302
     config_keys.unknown_keys_rejected,  # DS303

@@ -24,6 +24,8 @@ NO_SYNC = "no_sync context manager is incompatible with gradient partitioning"
 NO_SYNC_DEEPSPEED = "0.16.0"
 #: Transformers' Trainer stops calling accelerator.no_sync under DeepSpeed (trainer.py@v4.47.1).
 NO_SYNC_TRANSFORMERS = "4.47.1"
+#: The one Transformers release whose Trainer enters no_sync on the last micro-batch of each step.
+NO_SYNC_INVERTED_TRANSFORMERS = "4.46.2"
 #: Accelerate's no_sync skips a DeepSpeed engine at ZeRO >= 2 (accelerator.py@v1.9.0).
 NO_SYNC_ACCELERATE = "1.9.0"
 _STAGE_IN_MESSAGE = re.compile(r"ZeRO stage (\d)")
@@ -98,14 +100,21 @@ def zero_no_sync_assertion(ctx: Context, rule: Any) -> Iterator[Finding]:
     who = callers.get(caller or "", "the training loop")
     versions = _versions_said([("deepspeed", _version(ctx, "deepspeed")),
                                ("transformers", transformers), ("accelerate", accelerate)])
+    # Transformers 4.46.2 inverted the Trainer's condition: it enters no_sync on the last
+    # micro-batch of every step, so accumulation 1 does not avoid it (trainer.py@v4.46.2).
+    inverted = caller == "trainer" and transformers == NO_SYNC_INVERTED_TRANSFORMERS
+    when = ("on the last micro-batch of every step (transformers 4.46.2 enters it there, with "
+            "or without accumulation)" if inverted else
+            "on a micro-batch that accumulates (gradient_accumulation_steps > 1)")
+    batch_way = ("" if inverted else
+                 "; gradient_accumulation_steps 1 also avoids it but changes the batch")
     yield finding(
         f"DeepSpeed's engine.no_sync() (added in {NO_SYNC_DEEPSPEED}) asserts at ZeRO stage "
         f"{stage}: ZeRO-2/3 reduce and partition every micro-batch's gradients, so they cannot be "
-        f"held back. {who[0].upper()}{who[1:]} entered it on a micro-batch that accumulates "
-        f"(gradient_accumulation_steps > 1); {versions}.",
+        f"held back. {who[0].upper()}{who[1:]} entered it {when}; {versions}.",
         fix=(f"{_no_sync_fix(caller, transformers)}. Other ways out: ZeRO stage 1 "
-             "(it does not partition gradients), or deepspeed 0.15.4, which has no no_sync; "
-             "gradient_accumulation_steps 1 also avoids it but changes the batch"),
+             "(it does not partition gradients), or deepspeed 0.15.4, which has no no_sync"
+             f"{batch_way}"),
         evidence=ev)
 
 
