@@ -15,13 +15,15 @@ from typing import Any
 
 from dsdoctor.diagnose.checks.common import finding
 from dsdoctor.facts.context import Context
-from dsdoctor.facts.envinfo import shm_filled_by_deepspeed
 from dsdoctor.model import Finding
 
 
 def shm_filled_by_leftovers(ctx: Context, rule: Any) -> Iterator[Finding]:
     if not ctx.env:
         return
+    # envinfo imports importlib.metadata: only when a snapshot is there to read
+    from dsdoctor.facts.envinfo import shm_filled_by_deepspeed  # noqa: PLC0415
+
     said = shm_filled_by_deepspeed(ctx.env_get("shm"))
     if said is None:
         return
