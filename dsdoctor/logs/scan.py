@@ -396,15 +396,22 @@ class Scanner:
         # another format owns (the generic "step ... loss" on DeepSpeed's step lines) would cost
         # a regex per such line; after a few refusals in a window it is not tried there again
         refused: dict[tuple[int, int], int] = {}
+        # a line is refused once per pattern: engines may report one line's prefilter hit once
+        # (the literal engine) or at several offsets (Hyperscan reports every match end), and the
+        # budget must count lines, or the two engines would give different timelines
+        refused_line: dict[tuple[int, int], int] = {}
         for off, idx in self.engine_timeline.candidates(joined, len(joined)):
             k = bisect.bisect_right(starts, off) - 1
             if (k, idx) in taken or refused.get((k, idx), 0) >= TIMELINE_WINDOW_MISSES:
                 continue
             ls, ss, se, _ = _segment_at(joined, off, len(joined))
+            if refused_line.get((k, idx)) == ss:
+                continue
             seg = normalize(joined[ss:se])
             values = self.timeline_patterns[idx].match(seg.text)
             if values is None:
                 refused[k, idx] = refused.get((k, idx), 0) + 1
+                refused_line[k, idx] = ss
                 continue
             taken.add((k, idx))
             out.append((windows[k][0] + ls - starts[k], idx, seg, values))
