@@ -107,7 +107,7 @@ def same_file(a: str, b: str) -> bool:
         return False
 
 
-def _refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
+def refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
     """UsageError when ``path`` is one of the inputs, whatever the spelling or link."""
     for inp in inputs:
         if inp and inp not in ("-", "local") and same_file(path, inp):
@@ -118,7 +118,7 @@ def _refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
 def write_report(path: str, text: str, inputs: list[str], force: bool) -> None:
     """Write a report to ``-o FILE``: never over an input, over another file only with --force."""
     shown = one_line(path)
-    _refuse_inputs(path, inputs, "--output")
+    refuse_inputs(path, inputs, "--output")
     if os.path.lexists(path) and not force:
         raise UsageError(f"{shown}: already exists; pass --force to overwrite it or choose "
                          "another --output path")
@@ -136,7 +136,7 @@ def write_new_file(path: str, data: bytes, inputs: Sequence[str], force: bool, m
     ``--force``; with ``mode``'s permission bits less group/other write (a copy of a private
     config stays private, one of a shared config is not opened to writes)."""
     shown = one_line(path)
-    _refuse_inputs(path, inputs, option)
+    refuse_inputs(path, inputs, option)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
