@@ -65,3 +65,218 @@ def test_watch_absurd_numbers_are_one_line(tmp_path: Path, capsys, argv: list[st
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and argv[0] in err
+
+
+# --- tracebacks ----------------------------------------------------------------------------------
+
+LLAMA = ('{{"model_type": "llama", "hidden_size": {h}, "vocab_size": {v}, "num_hidden_layers": '
+         '{n}, "num_attention_heads": 32, "intermediate_size": 11008}}')
+
+
+@pytest.mark.parametrize("h,v,n,said", [
+    ("1" + "0" * 400, "32000", "32", "hidden_size is a 401-digit number"),
+    ("4096", "1" + "0" * 400, "32", "vocab_size is a 401-digit number"),
+    ("4096", "32000", "1e300", "num_hidden_layers is missing or not a whole number"),
+])
+def test_estimate_absurd_model_sizes_are_one_line(tmp_path: Path, capsys, h, v, n, said) -> None:
+    model = tmp_path / "config.json"
+    model.write_text(LLAMA.format(h=h, v=v, n=n))
+    assert main(["estimate", "--model", str(model)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1
+    # analyze takes the same config without a traceback or a note that a rule broke
+    assert main(["analyze", "--model", str(model), "--format", "json"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "could not run" not in out and "Infinity" not in out and "NaN" not in out
+
+
+def test_config_numbers_past_floats_range_break_no_rule(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "ds.json"
+    huge = "1" + "0" * 400
+    cfg.write_text(f'{{"train_micro_batch_size_per_gpu": {huge}, "zero_optimization": {{"stage": '
+                   f'3, "reduce_bucket_size": 1e400, "stage3_prefetch_bucket_size": {huge}}}}}')
+    model = tmp_path / "config.json"
+    model.write_text(LLAMA.format(h=4096, v=32000, n=32))
+    assert main(["analyze", "--config", str(cfg), "--model", str(model)]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "could not run" not in out and "infx" not in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("what", ["string", "duplicates"])
+def test_report_on_a_huge_one_line_config(tmp_path: Path, capsys, what: str) -> None:
+    cfg = tmp_path / "ds.json"
+    if what == "string":  # one 10 MB line: the redactor recursed on it without end
+        cfg.write_text('{"train_batch_size": 8, "x": "' + "a" * 10_000_000 + '"}')
+    else:  # 10^5 duplicate keys: one finding (and one rendered paragraph) each before
+        cfg.write_text("{" + ",".join(f'"train_batch_size": {i}' for i in range(100_000)) + "}")
+    out = tmp_path / "issue.md"
+    assert main(["report", "--config", str(cfg), "-o", str(out), "--force"]) == 0
+    body = out.read_text()
+    assert len(body) < 65_536 and "attach the file for the rest" in body
+    assert main(["analyze", "--config", str(cfg), "--format", "json"]) in (0, 1)
+    import json
+
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    assert len(findings) <= 60
+    if what == "duplicates":
+        assert any("99,949 more keys are written more than once" in f["message"]
+                   for f in findings)
+
+
+def test_a_deeply_nested_world_info_is_no_launch_fact(tmp_path: Path, capsys) -> None:
+    import base64
+
+    deep = '{"a":' * 3000 + "1" + "}" * 3000
+    blob = base64.urlsafe_b64encode(deep.encode()).decode()
+    log = tmp_path / "train.log"
+    log.write_text("[2024-01-01 00:00:00,000] [INFO] [runner.py:568:main] cmd = /usr/bin/python3 "
+                   f"-u -m deepspeed.launcher.launch --world_info={blob} --master_addr=127.0.0.1 "
+                   "--master_port=29500 train.py\n" + OOM + "\n")
+    assert main(["analyze", str(log)]) == 1
+    assert main(["report", str(log), "-o", str(tmp_path / "r.md"), "--force"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_standard_input_closed_or_given_twice(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", "import os, runpy, sys; os.close(0); sys.stdin = None;"
+                        "sys.argv = ['dsdoctor', 'analyze', '-']; runpy.run_module('dsdoctor', "
+                        "run_name='__main__')"], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert r.returncode == 2 and "standard input ('-') is closed" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "dsdoctor", "analyze", "-", "-", "--format", "json"],
+        input=OOM + "\n", capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 1 and '"gpu-oom"' in r.stdout and "read once" in r.stderr
+
+
+# --- env: tools from absolute PATH entries only, child output bounded ---------------------------
+
+def _peak_kib_of_env(tmp_path: Path, env: dict[str, str]) -> tuple[int, str]:
+    """``dsdoctor env`` in a fresh child; its peak resident memory from /proc (VmHWM), and what
+    it printed. A child of its own: ru_maxrss would carry the forking parent's peak."""
+    code = ("import sys; from dsdoctor.cli.main import main; code = main(['env', '--no-ops', "
+            "'--format', 'json', '-o', 'snap.json']);\n"
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1];"
+            "print('HWM', hwm)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), **env}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    peak = int(r.stdout.split("HWM")[1].split()[0])
+    return peak, (tmp_path / "snap.json").read_text()
+
+
+@pytest.mark.parametrize("path_of", [lambda d: f".{os.pathsep}{os.environ['PATH']}",
+                                     lambda d: f"{os.pathsep}{os.environ['PATH']}",
+                                     lambda d: f"{os.environ['PATH']}{os.pathsep}"])
+def test_env_never_runs_an_nvcc_from_the_working_directory(tmp_path: Path, path_of) -> None:
+    ran = tmp_path / "ran"
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho planted > {ran}\necho 'Cuda compilation tools, release 99.9'\n")
+    nvcc.chmod(0o755)
+    _, snap = _peak_kib_of_env(tmp_path, {"PATH": path_of(tmp_path), "CUDA_HOME": "relative"})
+    assert not ran.exists() and "99.9" not in snap
+
+
+def test_env_reads_a_flooding_nvcc_and_interpreter_with_a_bound(tmp_path: Path) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    flood = "#!/bin/sh\nyes 0123456789abcdef | head -c 1500000000\necho 'release 12.4'\n"
+    (tools / "nvcc").write_text(flood)
+    (tools / "nvcc").chmod(0o755)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(flood)
+    (venv / "bin" / "python").chmod(0o755)
+    peak, snap = _peak_kib_of_env(tmp_path, {"PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+                                             "VIRTUAL_ENV": str(venv)})
+    # 1.5 GB of output each: before, all of it was held (GiBs); now 1 MiB of each at most
+    assert peak < 400 * 1024, peak
+    assert "more than 1,048,576 bytes" in snap
+
+
+def test_a_probe_printing_a_json_number_after_its_marker_is_a_probe_error(tmp_path: Path) -> None:
+    from dsdoctor.facts import env_child
+
+    proc = subprocess.Popen([sys.executable, "-c", "print('@@DSDOCTOR@@42')"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with pytest.raises(RuntimeError, match="no JSON object"):
+        env_child.finish_probe(proc, "torch", timeout=60)
+
+
+# --- hangs: work bounded ---------------------------------------------------------------------------
+
+def test_many_small_logs_share_one_scan_buffer(tmp_path: Path, monkeypatch, capsys) -> None:
+    """100,000 log arguments: each allocated (and zero-filled) an 8 MiB buffer of its own."""
+    from dsdoctor.logs import scan
+
+    big = []
+
+    class CountingBytearray(bytearray):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            if len(self) >= scan.CHUNK_BYTES:
+                big.append(len(self))
+
+    monkeypatch.setattr(scan, "bytearray", CountingBytearray, raising=False)
+    logs = []
+    for i in range(300):
+        p = tmp_path / f"rank{i}.log"
+        p.write_text(OOM + "\n" if i == 7 else "step\n")
+        logs.append(str(p))
+    assert main(["analyze", *logs, "--format", "json"]) == 1
+    assert '"gpu-oom"' in capsys.readouterr().out
+    assert len(big) <= 1, big
+
+
+# gzip is not among them: deflate cannot pass about 1032:1, so only the absolute bound holds it
+@pytest.mark.parametrize("kind", ["bz2", "xz", "zst"])
+def test_a_decompression_bomb_stops_at_its_bound_with_a_note(tmp_path: Path, monkeypatch,
+                                                             capsys, kind: str) -> None:
+    import bz2
+    import lzma
+
+    from dsdoctor.logs import streams
+
+    zstandard = pytest.importorskip("zstandard") if kind == "zst" else None
+
+    monkeypatch.setattr(streams, "DECOMPRESSED_FREE_BYTES", 4 << 20)
+    line = b"[2024-01-01 00:00:00,000] [INFO] step 1 loss 2.0\n"
+    block = line * ((1 << 20) // len(line))
+    compress = {"bz2": bz2.compress, "xz": lzma.compress,
+                "zst": zstandard and zstandard.ZstdCompressor().compress}[kind]
+    member = compress(block * 16)  # 16 MiB of one line: thousands to one
+    bomb = tmp_path / f"train.log.{kind}"
+    bomb.write_bytes(member * 64 + compress(OOM.encode() + b"\n"))  # 1 GiB, the OOM last
+    produced = []
+    real_readinto = streams.Decompressed.readinto
+
+    def counted(self, b):
+        n = real_readinto(self, b)
+        produced.append(n)
+        return n
+
+    monkeypatch.setattr(streams.Decompressed, "readinto", counted)
+    assert main(["analyze", str(bomb), "--format", "json"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "a decompression bomb?" in out and "analyzed the first" in out
+    # the bound: the free 4 MiB, then 1000:1 to the 64 KiB pieces read (and one piece more)
+    assert sum(produced) <= (4 << 20) + 1000 * (64 << 10) * 2 + (1 << 20), sum(produced)
+
+
+def test_an_honest_compressed_log_is_read_whole(tmp_path: Path, monkeypatch, capsys) -> None:
+    import gzip
+    import random
+
+    from dsdoctor.logs import streams
+
+    monkeypatch.setattr(streams, "DECOMPRESSED_FREE_BYTES", 1 << 20)
+    rng = random.Random(5)
+    text = "".join(f"[2024-01-01 00:00:{i % 60:02d},{rng.randrange(1000):03d}] step {i} loss "
+                   f"{rng.random():.6f} lr {rng.random():.3e}\n" for i in range(100_000)) + OOM
+    log = tmp_path / "train.log.gz"
+    log.write_bytes(gzip.compress(text.encode()))
+    assert main(["analyze", str(log), "--format", "json"]) == 1
+    out = capsys.readouterr().out
+    assert "decompression bomb" not in out and '"gpu-oom"' in out

@@ -261,7 +261,11 @@ def open_log(path: str) -> OpenedLog:
     Nothing seeks (``<(...)``, FIFOs and /dev/stdin cannot). Raises UsageError on bad input.
     """
     if path == "-":
-        name, fh, size, owned = "<stdin>", sys.stdin.buffer, None, None
+        stdin = getattr(sys.stdin, "buffer", None)
+        if stdin is None or getattr(sys.stdin, "closed", False):
+            raise UsageError("standard input ('-') is closed; pipe the log in "
+                             "('cat train.log | dsdoctor analyze -') or give its path")
+        name, fh, size, owned = "<stdin>", stdin, None, None
     else:
         name = one_line(path)
         fh, size = _open_file(path)

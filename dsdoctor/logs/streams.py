@@ -16,6 +16,16 @@ from typing import BinaryIO
 
 #: Most bytes one decompression step may produce (bounds memory on a bomb).
 PIECE_BYTES = 1 << 20
+#: Bounds on the whole decompressed output (work on a bomb; docs/security.md): past the first
+#: DECOMPRESSED_FREE_BYTES, output may be at most MAX_RATIO times the compressed bytes read (text
+#: logs compress 5-50x; 10 GiB of one repeated line in bz2 is 10^5x and more), and never more
+#: than MAX_DECOMPRESSED_BYTES. What was decompressed before a bound is analyzed, with a note.
+DECOMPRESSED_FREE_BYTES = 256 << 20
+MAX_RATIO = 1000
+MAX_DECOMPRESSED_BYTES = 64 << 30
+#: Compressed bytes read at once (gzip, bz2, xz): small, so that the ratio is checked against
+#: what was actually read, not a megabyte read ahead.
+INPUT_BYTES = 64 << 10
 
 GZIP_MAGIC = b"\x1f\x8b"
 BZ2_MAGIC = b"BZh"
@@ -113,6 +123,7 @@ class Decompressed(io.RawIOBase):
         self._done = False
         self._fed = False  # the current member has had input (EOF before that is a clean end)
         self.produced = 0
+        self.consumed = 0  # compressed bytes read from ``inner``
 
     def readable(self) -> bool:
         return True
@@ -127,6 +138,7 @@ class Decompressed(io.RawIOBase):
         """One member ended: start the next one, or stop before trailing garbage."""
         if not rest:
             rest = self._inner.read(PIECE_BYTES)
+            self.consumed += len(rest)
             if not rest:
                 self._done = True
                 return
@@ -150,8 +162,9 @@ class Decompressed(io.RawIOBase):
         elif self._pending:
             data, self._pending = self._pending, b""
         else:
-            data = self._inner.read(PIECE_BYTES if self._limited or self.kind == "gzip"
+            data = self._inner.read(INPUT_BYTES if self._limited or self.kind == "gzip"
                                     else ZSTD_INPUT_BYTES)
+            self.consumed += len(data)  # counted where read: unused data is fed again later
             if not data:
                 if not self._fed:
                     self._done = True  # ended on a member boundary (after NUL padding)
@@ -171,6 +184,15 @@ class Decompressed(io.RawIOBase):
             return
         if self.kind == "gzip":
             self._pending = dec.unconsumed_tail
+        out = self.produced + len(self._out)
+        if out > DECOMPRESSED_FREE_BYTES and (out > MAX_RATIO * self.consumed
+                                              or out > MAX_DECOMPRESSED_BYTES):
+            self._out = b""
+            self._stop(f"decompressed past {self.produced:,} bytes from {self.consumed:,} "
+                       f"compressed ({out // max(self.consumed, 1):,}:1; the bounds are "
+                       f"{MAX_RATIO}:1 and {MAX_DECOMPRESSED_BYTES >> 30} GiB, a decompression "
+                       f"bomb?); analyzed the first {self.produced:,} bytes")
+            return
         if dec.eof:
             self._member_end(dec.unused_data)
 
