@@ -280,3 +280,43 @@ def test_an_honest_compressed_log_is_read_whole(tmp_path: Path, monkeypatch, cap
     assert main(["analyze", str(log), "--format", "json"]) == 1
     out = capsys.readouterr().out
     assert "decompression bomb" not in out and '"gpu-oom"' in out
+
+
+# --- memory: peak resident memory of a child, from /proc ---------------------------------------
+
+def _peak_kib_of_analyze(tmp_path: Path, script: Path) -> tuple[int, int, str]:
+    code = ("import sys; from dsdoctor.cli.main import main\n"
+            f"code = main(['analyze', '--script', {str(script)!r}, '--format', 'json', '-o', "
+            "'out.json', '--force'])\n"
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+            "print('HWM', hwm, code)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    _, peak, rc = r.stdout.split()
+    return int(peak), int(rc), r.stderr
+
+
+@pytest.mark.parametrize("shape", ["one-expression", "unbalanced"])
+def test_a_script_too_big_to_parse_is_one_line_in_bounded_memory(tmp_path: Path,
+                                                                 shape: str) -> None:
+    script = tmp_path / "train.py"
+    if shape == "one-expression":  # 7 MiB: 2.96 GiB peak before
+        script.write_text("x = [" + "1, " * (7 * 2**20 // 3) + "]\n")
+    else:  # 2 MiB, never closed: 1.82 GiB before the SyntaxError
+        script.write_text("import torch\nx = [" + "1," * 2**20 + "\n")
+    peak, rc, err = _peak_kib_of_analyze(tmp_path, script)
+    assert rc == 2 and "tokens at once to bound its memory" in err and err.count("\n") == 1
+    assert peak < 300 * 1024, peak
+
+
+def test_a_big_script_of_many_statements_is_still_read(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    body = "".join(f"def f{i}(a, b):\n    return a @ b + {i}\n\n" for i in range(60_000))
+    script.write_text("import deepspeed\n" + body + "engine, opt, _, _ = deepspeed.initialize("
+                      "model=m, config='ds.json')\n")
+    peak, rc, err = _peak_kib_of_analyze(tmp_path, script)
+    assert rc in (0, 1), err
+    assert peak < 400 * 1024, peak
+    from dsdoctor.facts.scriptcheck import check_script
+
+    assert check_script(script).ds_initialize  # the facts past the first pieces are seen
