@@ -320,3 +320,152 @@ def test_a_big_script_of_many_statements_is_still_read(tmp_path: Path) -> None:
     from dsdoctor.facts.scriptcheck import check_script
 
     assert check_script(script).ds_initialize  # the facts past the first pieces are seen
+
+
+# --- wrong answers -------------------------------------------------------------------------------
+
+def _oom_found(capsys, path: Path) -> dict:
+    import json
+
+    assert main(["analyze", str(path), "--format", "json"]) == 1, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert "gpu-oom" in {s["kind"] for s in report["symptoms"]}, report["symptoms"]
+    return report
+
+
+@pytest.mark.parametrize("encoding,chatter", [
+    ("gbk", "训练开始，正在加载模型……第 {i} 步，损失 2.31"),
+    ("shift_jis", "トレーニングを開始します。ステップ {i}、損失 2.31"),
+])
+def test_chinese_and_japanese_console_logs_are_read(tmp_path: Path, capsys, encoding: str,
+                                                    chatter: str) -> None:
+    log = tmp_path / "train.log"
+    lines = [chatter.format(i=i) for i in range(200)] + [OOM, chatter.format(i=999)]
+    log.write_bytes("\n".join(lines).encode(encoding) + b"\n")
+    report = _oom_found(capsys, log)
+    assert any("text, read as such" in n for n in report["notes"])
+
+
+def test_a_latin1_byte_in_a_utf8_log_is_no_legacy_encoding() -> None:
+    from dsdoctor.logs.streams import legacy_encoding_of
+
+    assert legacy_encoding_of(b"step 1 loss 2.0 caf\xe9 au lait\n" * 50) is None
+    assert legacy_encoding_of("训练".encode() * 100) is None  # UTF-8
+
+
+@pytest.mark.parametrize("damage", ["ansi-chars", "ansi-words", "nul-in-word", "nul-in-literal"])
+def test_an_oom_is_found_through_ansi_codes_and_nuls(tmp_path: Path, capsys, damage: str) -> None:
+    if damage == "ansi-chars":
+        line = "".join(f"\x1b[1m{c}\x1b[0m" for c in OOM)
+    elif damage == "ansi-words":
+        line = " ".join(f"\x1b[31m{w}\x1b[0m" for w in OOM.split(" "))
+    elif damage == "nul-in-word":
+        line = OOM.replace("memory", "mem\x00ory")
+    else:
+        line = OOM.replace("CUDA", "CU\x00DA")
+    log = tmp_path / "train.log"
+    log.write_text("step 1\n" * 10 + line + "\n" + "step 2\n")
+    report = _oom_found(capsys, log)
+    oom = next(s for s in report["symptoms"] if s["kind"] == "gpu-oom")
+    assert oom["evidence"][0]["line"] == 11
+
+
+def test_hidden_candidates_search_each_mark_once_per_chunk() -> None:
+    """A log coloured on every line: the search for an absent NUL ran to the end of the chunk
+    once per line (quadratic); count the bytes the searches walk."""
+    from dsdoctor.logs import hidden
+
+    class Buf(bytes):
+        walked = 0
+
+        def find(self, sub, start=0, end=None):  # type: ignore[override]
+            at = super().find(sub, start, end)
+            Buf.walked += (at if at >= 0 else (end if end is not None else len(self))) - start
+            return at
+
+    class NoEngine:
+        def candidates(self, data, limit):
+            return []
+
+    data = Buf(b"\x1b[32m[INFO]\x1b[0m step 1 loss 2.0\n" * 20_000)
+    hidden.hidden_candidates(NoEngine(), data, len(data), [])
+    assert Buf.walked <= 3 * len(data), Buf.walked
+
+
+@pytest.mark.parametrize("where", ["first", "between", "last"])
+def test_zstd_skippable_frames_are_skipped(tmp_path: Path, capsys, where: str) -> None:
+    import struct
+
+    zstandard = pytest.importorskip("zstandard")
+    c = zstandard.ZstdCompressor()
+    skip = struct.pack("<II", 0x184D2A50, 16) + b"\x00" * 16
+    parts = [c.compress(b"step 1\n"), c.compress(OOM.encode() + b"\n")]
+    at = {"first": 0, "between": 1, "last": 2}[where]
+    parts.insert(at, skip)
+    log = tmp_path / "train.log.zst"
+    log.write_bytes(b"".join(parts))
+    report = _oom_found(capsys, log)
+    assert not report["notes"]
+
+
+def test_a_fifo_whose_writer_comes_late_is_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen([sys.executable, "-m", "dsdoctor", "analyze", str(fifo), "--format",
+                               "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # the writer opens the FIFO only once the reader is waiting on it (its note says so)
+    assert reader.stderr is not None
+    assert "no writer yet" in reader.stderr.readline()
+    with open(fifo, "w") as w:
+        w.write("step 1\n")
+        w.flush()
+        w.write(OOM + "\n")
+    out, _ = reader.communicate(timeout=120)
+    assert reader.returncode == 1 and '"gpu-oom"' in out
+
+
+# --- output files --------------------------------------------------------------------------------
+
+def test_output_files_are_never_a_device_a_directory_a_link_or_an_input(tmp_path: Path,
+                                                                      capsys) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(OOM + "\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    link = tmp_path / "out.md"
+    link.symlink_to(victim)
+    loglink = tmp_path / "log.md"
+    loglink.symlink_to(log)
+    for target, said in (("/dev/full", "not a regular file"), (str(tmp_path), "is a directory"),
+                         (str(loglink), "is one of the input files")):
+        assert main(["analyze", str(log), "-o", target, "--force"]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["analyze", str(log), "-o", str(link), "--force"]) == 1
+    assert victim.read_text() == "keep\n" and not link.is_symlink()  # replaced, not written through
+    assert "gpu-oom" in link.read_text() and log.read_text() == OOM + "\n"
+
+
+@pytest.mark.parametrize("umask,want", [(0o000, 0o644), (0o077, 0o600), (0o027, 0o640)])
+def test_output_mode_follows_the_umask_but_is_never_group_or_other_writable(
+        tmp_path: Path, umask: int, want: int) -> None:
+    import stat
+
+    log = tmp_path / "train.log"
+    log.write_text(OOM + "\n")
+    code = (f"import os; os.umask({umask}); from dsdoctor.cli.main import main; "
+            f"raise SystemExit(main(['analyze', 'train.log', '-o', 'out.md']))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert stat.S_IMODE((tmp_path / "out.md").stat().st_mode) == want
+
+
+def test_a_full_disk_is_an_error_and_leaves_the_old_file_whole(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(OOM + "\n")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "dsdoctor", "analyze", str(log)], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and "No space left on device" in r.stderr

@@ -22,6 +22,7 @@ from dsdoctor.logs.streams import (
     Decompressed,
     Transcoded,
     compression_of,
+    legacy_encoding_of,
     read_up_to,
     utf_encoding_of,
     zstd_available,
@@ -250,9 +251,43 @@ def _open_file(path: str) -> tuple[BinaryIO, int | None]:
     else:
         os.close(fd)
         raise UsageError(f"{shown}: is a device, not a log file; pass the training log")
+    fifo = (st.st_dev, st.st_ino)
+    if stat.S_ISFIFO(st.st_mode) and fifo not in _WRITERLESS_FIFOS \
+            and not _wait_for_a_writer(fd, shown):
+        _WRITERLESS_FIFOS.add(fifo)  # waited once per process
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)  # a pipe with a writer is read to its end, like cat does
     return os.fdopen(fd, "rb"), size
+
+
+#: How long a FIFO is given to get its writer (``mkfifo p; dsdoctor analyze p & train > p``):
+#: the writer's shell opens it at once, a slow writer then writes when it can. A FIFO nobody
+#: opens for writing still reads as an empty log after this, instead of hanging.
+FIFO_WRITER_WAIT_S = 10.0
+
+
+_WRITERLESS_FIFOS: set[tuple[int, int]] = set()
+
+
+def _wait_for_a_writer(fd: int, shown: str) -> bool:
+    """Wait (at most FIFO_WRITER_WAIT_S) until the FIFO has data or its writer has gone: read
+    at once, a FIFO whose writer opens it a moment later read as empty and its OOM was missed."""
+    try:
+        import select  # noqa: PLC0415 - only for FIFOs
+
+        poller = select.poll()
+    except (ImportError, AttributeError):  # no poll(): read as before
+        return True
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    if poller.poll(500):
+        return True
+    print(f"dsdoctor: {shown}: a FIFO with no writer yet; waiting up to "
+          f"{FIFO_WRITER_WAIT_S:.0f} s for one", file=sys.stderr, flush=True)
+    return bool(poller.poll(int(FIFO_WRITER_WAIT_S * 1000) - 500))
+
+
+# How the notes name the legacy console encodings (each read as its superset).
+_ENCODING_NAMES = {"gb18030": "GBK/GB18030", "cp932": "Shift-JIS (cp932)"}
 
 
 def open_log(path: str) -> OpenedLog:
@@ -285,12 +320,13 @@ def open_log(path: str) -> OpenedLog:
             head = read_up_to(stream, 65536)
         except OSError as exc:
             raise UsageError(f"{name}: {exc}; re-copy the log") from None
-        encoding = utf_encoding_of(head)
+        encoding = utf_encoding_of(head) or legacy_encoding_of(head)
         if encoding:
             stream = io.BufferedReader(Transcoded(encoding, Chained(head, stream)), 1 << 20)
             head = read_up_to(stream, 65536)
             log.encoding = encoding
-            log.notes.append(f"{name}: {encoding.upper()} text, read as such")
+            shown = _ENCODING_NAMES.get(encoding, encoding.upper())
+            log.notes.append(f"{name}: {shown} text, read as such")
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
         # Paste damage (newlines lost, ranks mixed in one line, hard wraps) repaired (paste.py).

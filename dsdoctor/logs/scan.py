@@ -20,6 +20,7 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, finished
 from dsdoctor.logs.formats import Pattern, load_patterns
+from dsdoctor.logs.hidden import hidden_candidates
 from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
@@ -242,7 +243,8 @@ class Scanner:
             # streams of unknown size (stdin, gzip) read every timeline line of their first MiBs
             full = full_timeline or (not known and consumed < TIMELINE_FULL_BYTES)
             patterns = self.patterns if full else self.main_patterns
-            hits = self._engine(full).candidates(buf, cut)
+            engine = self._engine(full)
+            hits = hidden_candidates(engine, buf, cut, engine.candidates(buf, cut))
             samples: list[tuple] = []
             if not full:
                 samples, mark = self._sample_timeline(buf, cut, have, consumed, stride, mark)
@@ -546,7 +548,8 @@ class TailScanner:
 
     def _process(self, cut: int) -> None:
         s = self.scanner
-        hits = s.engine_full.candidates(self._buf, cut)
+        hits = hidden_candidates(s.engine_full, self._buf, cut,
+                                 s.engine_full.candidates(self._buf, cut))
         self._line = s._process(self.name, self._buf, cut, len(self._buf), hits, [], s.patterns,
                                 self._line, self._rank, self.on_event)
         self._buf = self._buf[cut:]
