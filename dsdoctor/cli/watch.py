@@ -35,6 +35,17 @@ def _positive(text: str) -> float:
     return value
 
 
+def _idle_seconds(text: str) -> float:
+    """--exit-on-idle: 0 (stop once the backlog is read) or a finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SECONDS:.0f} seconds: {text!r}")
+    return value
+
+
 def _pid(text: str) -> int:
     try:
         value = int(text.strip(), 10) if len(text) <= 20 else -1
@@ -94,7 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from-end", action="store_true",
                    help="start at the end of the files (default: read them from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")
-    p.add_argument("--exit-on-idle", type=_positive, metavar="SECONDS",
+    p.add_argument("--exit-on-idle", type=_idle_seconds, metavar="SECONDS",
                    help="(--plain) stop after the logs have not grown for SECONDS")
     p.add_argument("--stall-after", type=_positive, metavar="SECONDS",
                    help="raise a possible hang after SECONDS without progress (default: 20x the "
@@ -113,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
     """Bad input is one line and exit 2, before anything is launched."""
     for path in logs:
-        log = open_log(path)
+        log = open_log(path, wait_for_writer=False)  # a FIFO is refused below: no wait
         log.close()
         if log.compressed:
             raise UsageError(f"{log.name}: cannot follow a compressed log; use 'dsdoctor analyze'")

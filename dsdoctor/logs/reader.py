@@ -229,7 +229,7 @@ def _sniff(path: str, head: bytes) -> None:
         )
 
 
-def _open_file(path: str) -> tuple[BinaryIO, int | None]:
+def _open_file(path: str, wait_for_writer: bool = True) -> tuple[BinaryIO, int | None]:
     """Open a path without blocking: regular files (with size), pipes and ttys (size None)."""
     shown = one_line(path)
     if os.path.isdir(path):
@@ -252,7 +252,7 @@ def _open_file(path: str) -> tuple[BinaryIO, int | None]:
         os.close(fd)
         raise UsageError(f"{shown}: is a device, not a log file; pass the training log")
     fifo = (st.st_dev, st.st_ino)
-    if stat.S_ISFIFO(st.st_mode) and fifo not in _WRITERLESS_FIFOS \
+    if wait_for_writer and stat.S_ISFIFO(st.st_mode) and fifo not in _WRITERLESS_FIFOS \
             and not _wait_for_a_writer(fd, shown):
         _WRITERLESS_FIFOS.add(fifo)  # waited once per process
     if hasattr(os, "set_blocking"):
@@ -290,7 +290,7 @@ def _wait_for_a_writer(fd: int, shown: str) -> bool:
 _ENCODING_NAMES = {"gb18030": "GBK/GB18030", "cp932": "Shift-JIS (cp932)"}
 
 
-def open_log(path: str) -> OpenedLog:
+def open_log(path: str, wait_for_writer: bool = True) -> OpenedLog:
     """Open a log: plain, gzip, bz2, xz or zstd; UTF-8, UTF-16 or UTF-32; a file, a pipe or ``-``.
 
     Nothing seeks (``<(...)``, FIFOs and /dev/stdin cannot). Raises UsageError on bad input.
@@ -303,7 +303,7 @@ def open_log(path: str) -> OpenedLog:
         name, fh, size, owned = "<stdin>", stdin, None, None
     else:
         name = one_line(path)
-        fh, size = _open_file(path)
+        fh, size = _open_file(path, wait_for_writer)
         owned = fh
     log = OpenedLog(name, fh, size, False, None, [], _file=owned)
     try:
