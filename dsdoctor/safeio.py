@@ -107,7 +107,7 @@ def same_file(a: str, b: str) -> bool:
         return False
 
 
-def _refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
+def refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
     """UsageError when ``path`` is one of the inputs, whatever the spelling or link."""
     for inp in inputs:
         if inp and inp not in ("-", "local") and same_file(path, inp):
@@ -116,48 +116,76 @@ def _refuse_inputs(path: str, inputs: Sequence[str], option: str) -> None:
 
 
 def write_report(path: str, text: str, inputs: list[str], force: bool) -> None:
-    """Write a report to ``-o FILE``: never over an input, over another file only with --force."""
-    shown = one_line(path)
-    _refuse_inputs(path, inputs, "--output")
-    if os.path.lexists(path) and not force:
-        raise UsageError(f"{shown}: already exists; pass --force to overwrite it or choose "
-                         "another --output path")
-    try:
-        with open(path, "w", encoding="utf-8", errors="backslashreplace") as fh:
-            fh.write(terminal_safe(text))
-    except OSError as exc:
-        raise UsageError(f"{shown}: cannot write ({exc.strerror or exc})") from None
+    """Write a report to ``-o FILE``: never over an input, over another file only with --force;
+    atomically, never through a link, never into a directory or device (see _write_file)."""
+    _write_file(path, terminal_safe(text).encode("utf-8", errors="backslashreplace"), inputs,
+                force, 0o666, "--output")
 
 
 def write_new_file(path: str, data: bytes, inputs: Sequence[str], force: bool, mode: int,
                    option: str) -> None:
-    """Write a file the user asked for (``--fix-out``) atomically: never over an input or a link
-    to one, never over a directory, device, FIFO or socket, over another file only with
-    ``--force``; with ``mode``'s permission bits less group/other write (a copy of a private
-    config stays private, one of a shared config is not opened to writes)."""
+    """Write a file the user asked for (``--fix-out``): as :func:`write_report`, with ``mode``'s
+    permission bits (a copy of a private config stays private) under the same limits."""
+    _write_file(path, data, inputs, force, mode, option)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask sets it: a race with threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def file_mode(base: int) -> int:
+    """Permission bits for a file dsdoctor writes: ``base`` less the umask, never group- or
+    other-writable, never executable (a report or a config is not a program)."""
+    return stat.S_IMODE(base) & ~_umask() & 0o644
+
+
+def _write_file(path: str, data: bytes, inputs: Sequence[str], force: bool, mode: int,
+                option: str) -> None:
+    """The one way dsdoctor writes a user's file: never over an input or a link to one (whatever
+    ``force`` says), never into a directory, device, FIFO or socket, over an existing file only
+    with ``force``; written to a temporary file in the same directory and renamed over the
+    target, so a link at ``path`` is replaced, never written through, and a failed write (a full
+    disk) leaves the old file whole. Every failure is a UsageError (one line, exit 2)."""
     shown = one_line(path)
-    _refuse_inputs(path, inputs, option)
+    refuse_inputs(path, inputs, option)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         st = None
-    except OSError as exc:
-        raise UsageError(f"{option} {shown}: cannot check it ({exc.strerror or exc})") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{option} {shown}: cannot check it "
+                         f"({getattr(exc, 'strerror', None) or exc})") from None
     if st is not None:
-        if stat.S_ISDIR(st.st_mode):
+        target = st
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.stat(path)
+            except OSError:
+                target = st  # a dangling link: replaced by the file
+        if stat.S_ISDIR(target.st_mode):
             raise UsageError(f"{option} {shown}: is a directory; give a file name")
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        if not (stat.S_ISREG(target.st_mode) or stat.S_ISLNK(target.st_mode)):
             raise UsageError(f"{option} {shown}: not a regular file (a pipe or device); give a "
-                             "file name")
+                             "file name, or leave the option out to write to standard output")
         if not force:
-            raise UsageError(f"{option} {shown}: the file exists; choose a new name or add --force")
+            raise UsageError(f"{option} {shown}: already exists; pass --force to overwrite it or "
+                             "choose another path")
     directory = os.path.dirname(os.path.abspath(path))
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=".dsdoctor-", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            os.fchmod(fh.fileno(), stat.S_IMODE(mode) & 0o755)
+            fh.flush()
+            os.fchmod(fh.fileno(), file_mode(mode))
         os.replace(tmp, path)  # a link at ``path`` is replaced, never written through
         tmp = None
     except OSError as exc:

@@ -101,7 +101,12 @@ def run(args: argparse.Namespace) -> int:
                          "for a pre-flight check")
     refuse_configs_as_logs(args.logs)
     if args.logs.count("-") > 1:
-        raise UsageError("standard input ('-') can be given only once")
+        # standard input is one stream: read once, where it is first named (cat - - reads it
+        # once too: the second '-' finds it at its end)
+        first = args.logs.index("-")
+        args.logs = [x for i, x in enumerate(args.logs) if x != "-" or i == first]
+        print("dsdoctor: note: standard input ('-') is given more than once; it is read once",
+              file=sys.stderr)
     if args.fix_out and args.output and same_file(args.fix_out, args.output):
         raise UsageError("--fix-out and --output name the same file; give each its own")
     if args.format == "jsonl" and len(args.logs) > 1:

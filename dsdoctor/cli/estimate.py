@@ -114,6 +114,15 @@ def _hardware_line(hw: Hardware) -> str:
     return f"Checked against: {gpu}, {ram} (from {hw.source})."
 
 
+def _sci(n: int) -> str:
+    """An int of any size in scientific notation (float() overflows past 1e308)."""
+    digits = str(n) if abs(n) < 10**4000 else None
+    if digits is None:
+        return "more than 1e4000"
+    digits = digits.lstrip("-")
+    return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:3] or '0'}e{len(digits) - 1}"
+
+
 def _inputs(args: argparse.Namespace) -> tuple[int, int, dict[str, Any]]:
     if args.gpus < 1 or args.nodes < 1:
         raise UsageError("--gpus and --nodes must be at least 1")
@@ -135,13 +144,16 @@ def _inputs(args: argparse.Namespace) -> tuple[int, int, dict[str, Any]]:
         raise UsageError("pass --model PATH (a config.json or its directory) or --params N "
                          "--largest-layer N")
     info = load_model_info(args.model)
+    if info.params is None and info.size_error:
+        raise UsageError(f"{info.path}: {info.size_error}; no count of its parameters: check "
+                         "the config, or pass --params N --largest-layer N")
     if info.params is None:
         raise UsageError(f"{info.path}: no parameter formula for model_type "
                          f"{info.model_type!r} (known: {', '.join(SUPPORTED_MODEL_TYPES)}); "
                          "pass --params N --largest-layer N instead")
     if not 1 <= info.params.total <= 1e15 or not 1 <= info.params.largest_layer <= 1e15:
         # hidden_size 0, 1e300 or 30 digits: a formula result no model has (issue 14, item 7)
-        raise UsageError(f"{info.path}: its sizes give {info.params.total:.3g} parameters, not "
+        raise UsageError(f"{info.path}: its sizes give {_sci(info.params.total)} parameters, not "
                          "between 1 and 1e15; check hidden_size, num_hidden_layers and "
                          "vocab_size, or pass --params N --largest-layer N")
     largest = (_count(args.largest_layer, "--largest-layer") if args.largest_layer

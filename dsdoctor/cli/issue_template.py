@@ -13,6 +13,7 @@ from dsdoctor.errors import UsageError
 def run(args: argparse.Namespace) -> int:
     """Handler of ``dsdoctor issue-template``."""
     from dsdoctor.render import issue_form
+    from dsdoctor.safeio import write_new_file
 
     text = issue_form.template_text()
     problems = issue_form.validate_form(issue_form.load_form(text))
@@ -35,9 +36,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{out}: is a directory; pass the file to write, e.g. {out / issue_form.TEMPLATE_NAME}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{out}: cannot write ({exc.strerror or exc}); choose another --output") from None
+    # atomic, never through a link, never a device; an existing file only with --force
+    write_new_file(str(out), text.encode("utf-8"), [], args.force, 0o666, "--output")
     print(f"dsdoctor: wrote {out}; commit it and GitHub offers it under 'New issue'", file=sys.stderr)
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import threading
 from dataclasses import replace
@@ -11,9 +12,16 @@ from typing import TYPE_CHECKING
 from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.reader import open_log
+from dsdoctor.safeio import input_paths, refuse_inputs
 
 if TYPE_CHECKING:
     from dsdoctor.watch.follow import Follower
+
+
+# A year: longer than any run is watched; nan, inf and 1e400 are no number of seconds.
+MAX_SECONDS = 365 * 24 * 3600.0
+# pid_t is a C int: a larger number is no process (and os.kill would overflow on it).
+MAX_PID = 2**31 - 1
 
 
 def _positive(text: str) -> float:
@@ -21,8 +29,30 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds: {text!r}")
+    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_SECONDS:.0f} "
+                                         f"seconds: {text!r}")
+    return value
+
+
+def _idle_seconds(text: str) -> float:
+    """--exit-on-idle: 0 (stop once the backlog is read) or a finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SECONDS:.0f} seconds: {text!r}")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text.strip(), 10) if len(text) <= 20 else -1
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a process id: {text!r}") from None
+    if not 1 <= value <= MAX_PID:
+        raise argparse.ArgumentTypeError(f"not a process id (1 to {MAX_PID}): {text[:40]!r}")
     return value
 
 
@@ -75,13 +105,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from-end", action="store_true",
                    help="start at the end of the files (default: read them from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")
-    p.add_argument("--exit-on-idle", type=float, metavar="SECONDS",
+    p.add_argument("--exit-on-idle", type=_idle_seconds, metavar="SECONDS",
                    help="(--plain) stop after the logs have not grown for SECONDS")
     p.add_argument("--stall-after", type=_positive, metavar="SECONDS",
                    help="raise a possible hang after SECONDS without progress (default: 20x the "
                    "median interval between progress lines once a few are seen, at least 60 s; "
                    "300 s before that)")
-    p.add_argument("--pid", type=int, metavar="PID",
+    p.add_argument("--pid", type=_pid, metavar="PID",
                    help="attach to a running job: the launcher's (or a rank's) PID; its process "
                    "tree holds the ranks, whose stacks are dumped on a stall")
     p.add_argument("--log-file", metavar="FILE",
@@ -94,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
     """Bad input is one line and exit 2, before anything is launched."""
     for path in logs:
-        log = open_log(path)
+        log = open_log(path, wait_for_writer=False)  # a FIFO is refused below: no wait
         log.close()
         if log.compressed:
             raise UsageError(f"{log.name}: cannot follow a compressed log; use 'dsdoctor analyze'")
@@ -114,6 +144,9 @@ def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
                              "(deepspeed, torchrun, accelerate) or of one rank")
     if args.log_file and not args.cmd:
         raise UsageError("--log-file names the log of a launched command: add '-- CMD ARGS'")
+    if args.log_file:
+        # the command's output is appended to it: never to a watched log or another input
+        refuse_inputs(args.log_file, input_paths(args), "--log-file")
     from dsdoctor.diagnose.pipeline import findings_of  # noqa: PLC0415
     from dsdoctor.logs.scan import ScanResult  # noqa: PLC0415
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -175,8 +176,13 @@ def as_number(v: Any) -> float | None:
     """A number, also when written as a string ("8", "2e-5"); None for bools and the rest."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
+    if isinstance(v, int):
+        try:
+            return float(v)
+        except OverflowError:  # an int past float's range (10^400): infinite as a size
+            return math.inf if v > 0 else -math.inf
+    if isinstance(v, float):
+        return v
     if isinstance(v, str):
         try:
             return float(v.strip())
@@ -186,10 +192,15 @@ def as_number(v: Any) -> float | None:
 
 
 def as_real(v: Any) -> float | None:
-    """A number as written (not bool, not a string), or None."""
+    """A finite number as written (not bool, not a string), or None: ``Infinity``, ``NaN``,
+    ``1e400`` (inf once parsed) and an int past float's range are no size to compute with."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v)
+    try:
+        x = float(v)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
 
 
 def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
@@ -216,7 +227,7 @@ def value_problem(value: Any, rule: dict[str, Any]) -> str | None:
     if typ in ("int", "float"):
         if n is None:
             return f"must be a number ({typ})"
-        if typ == "int" and not n.is_integer():
+        if typ == "int" and math.isfinite(n) and not n.is_integer():
             return "must be a whole number"
         if typ == "int" and isinstance(value, str) and not _INT_STRING.fullmatch(value.strip()):
             # pydantic parses "500000000" (and v2 "5.0") as an int, never "5e8": int_parsing

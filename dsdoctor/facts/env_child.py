@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,7 +105,7 @@ def _neutral_dir() -> str:
     return path
 
 
-def run_probe(python: str, code: str, *argv: str) -> subprocess.Popen[str]:
+def run_probe(python: str, code: str, *argv: str) -> subprocess.Popen[bytes]:
     """Start a child probe; it prints its JSON after a marker (libraries may print first).
 
     ``python -c`` puts the working directory first on ``sys.path``, so a ``json.py``, ``torch.py``
@@ -119,7 +120,7 @@ def run_probe(python: str, code: str, *argv: str) -> subprocess.Popen[str]:
     env["PYTHONSAFEPATH"] = "1"
     env.pop("PYTHONSTARTUP", None)
     return subprocess.Popen([python, "-c", _PROBE_PRELUDE + code, *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
+                            stderr=subprocess.PIPE, env=env,
                             stdin=subprocess.DEVNULL, cwd=_neutral_dir())
 
 
@@ -127,22 +128,76 @@ def run_probe(python: str, code: str, *argv: str) -> subprocess.Popen[str]:
 MAX_STDERR_LINES = 50
 
 
-def finish_probe(proc: subprocess.Popen[str], what: str, timeout: float) -> dict[str, Any]:
+#: The most of a child's stdout (and, apart, of its stderr) kept: a probe's JSON is a few KiB,
+#: ``nvcc --version`` a few hundred bytes. A child that prints more (a planted ``nvcc`` or
+#: interpreter flooding its output) is stopped there, its memory never ours.
+MAX_CHILD_OUTPUT = 1 << 20
+
+
+def communicate_bounded(proc: subprocess.Popen[bytes], timeout: float,
+                        limit: int = MAX_CHILD_OUTPUT) -> tuple[bytes, bytes, bool]:
+    """(stdout, stderr, cut) of a child, at most ``limit`` bytes each; a child past the limit or
+    the timeout is killed (``cut`` True for the limit; TimeoutExpired for the timeout)."""
+    kept: dict[int, bytearray] = {}
+    over = threading.Event()
+
+    def drain(name: int, pipe: Any) -> None:
+        buf = kept.setdefault(name, bytearray())
+        while True:
+            chunk = pipe.read1(1 << 16) if hasattr(pipe, "read1") else pipe.read(1 << 16)
+            if not chunk:
+                return
+            room = limit - len(buf)
+            buf += chunk[:max(room, 0)]
+            if len(chunk) > room:
+                over.set()
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
+                return
+
+    readers = [threading.Thread(target=drain, args=(i, pipe), daemon=True)
+               for i, pipe in enumerate((proc.stdout, proc.stderr)) if pipe is not None]
+    for t in readers:
+        t.start()
     try:
-        out, err = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.communicate()
+        proc.wait()
+        raise
+    finally:
+        for t in readers:
+            t.join(timeout=5)
+    return bytes(kept.get(0, b"")), bytes(kept.get(1, b"")), over.is_set()
+
+
+def finish_probe(proc: subprocess.Popen[bytes], what: str, timeout: float) -> dict[str, Any]:
+    try:
+        raw_out, raw_err, cut = communicate_bounded(proc, timeout)
+    except subprocess.TimeoutExpired:
         raise RuntimeError(f"{what} probe timed out after {timeout:.0f} s") from None
+    if cut:
+        raise RuntimeError(f"{what} probe printed more than {MAX_CHILD_OUTPUT:,} bytes; stopped "
+                           "(is the interpreter what it should be?)")
+    out = raw_out.decode("utf-8", errors="replace")
+    err = raw_err.decode("utf-8", errors="replace")
     marker = out.rfind("@@DSDOCTOR@@")
     if marker < 0:
         last = (err or out).strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
         raise RuntimeError(f"{what} probe failed (exit {proc.returncode}): {last[0][:300]}")
-    data = json.loads(out[marker + len("@@DSDOCTOR@@"):].strip().splitlines()[0])
-    if isinstance(data, dict) and err and err.strip():
+    lines = out[marker + len("@@DSDOCTOR@@"):].strip().splitlines()
+    try:
+        data = json.loads(lines[0]) if lines else None
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict):  # a JSON number, a list, garbage: not what a probe prints
+        raise RuntimeError(f"{what} probe printed no JSON object after its marker")
+    if err and err.strip():
         # what the child wrote to the real stderr (C++ builders, libraries): kept apart, bounded
-        lines = [ln.rstrip() for ln in err.splitlines() if ln.strip()]
-        data["stderr"] = lines[-MAX_STDERR_LINES:]
+        kept = [ln.rstrip() for ln in err.splitlines() if ln.strip()]
+        data["stderr"] = kept[-MAX_STDERR_LINES:]
     return data
 
 
@@ -170,6 +225,15 @@ print("@@DSDOCTOR@@" + json.dumps(out))
 """
 
 
+def absolute_which(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """``shutil.which`` over the absolute PATH entries only: ``.``, an empty entry (``PATH=:/usr/bin``
+    or a trailing ``:``) and relative ones stand for the working directory, where a planted
+    ``nvcc`` would be run by ``dsdoctor env``."""
+    environ = os.environ if environ is None else environ
+    dirs = [d for d in environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(d)]
+    return shutil.which(name, path=os.pathsep.join(dirs)) if dirs else None
+
+
 def training_python(environ: Mapping[str, str] | None = None) -> str:
     """The interpreter the training most likely uses: the active venv's or conda env's, else ours.
 
@@ -179,8 +243,8 @@ def training_python(environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         prefix = environ.get(var)
-        if not prefix:
-            continue
+        if not prefix or not os.path.isabs(prefix):
+            continue  # a relative prefix would run an interpreter from the working directory
         for cand in (os.path.join(prefix, "bin", "python"), os.path.join(prefix, "python.exe")):
             if os.path.isfile(cand) and os.access(cand, os.X_OK):
                 if os.path.realpath(prefix) != os.path.realpath(sys.prefix):
@@ -196,5 +260,6 @@ def probe_interpreter(python: str, timeout: float,
     return finish_probe(proc, f"interpreter {python}", timeout)
 
 
-__all__ = ["DEEPSPEED_PROBE", "INTERPRETER_PROBE", "TORCH_PROBE", "finish_probe",
+__all__ = ["DEEPSPEED_PROBE", "INTERPRETER_PROBE", "MAX_CHILD_OUTPUT", "TORCH_PROBE",
+           "absolute_which", "communicate_bounded", "finish_probe",
            "probe_interpreter", "run_probe", "training_python"]

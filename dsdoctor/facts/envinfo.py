@@ -16,7 +16,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -304,13 +303,16 @@ def package_versions() -> dict[str, str | None]:
 
 def _nvcc(cuda_home: str | None) -> tuple[str | None, str | None]:
     """(nvcc path, release version) from PATH or CUDA_HOME, or (None, None)."""
-    cand = shutil.which("nvcc")
-    if not cand and cuda_home and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
+    cand = env_child.absolute_which("nvcc")
+    if not cand and cuda_home and os.path.isabs(cuda_home) \
+            and os.path.exists(os.path.join(cuda_home, "bin", "nvcc")):
         cand = os.path.join(cuda_home, "bin", "nvcc")
     if not cand:
         return None, None
-    out = subprocess.run([cand, "--version"], capture_output=True, text=True, timeout=15).stdout
-    m = re.search(r"release\s+([\d.]+)", out)
+    proc = subprocess.Popen([cand, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    raw, _, _ = env_child.communicate_bounded(proc, timeout=15, limit=64 << 10)
+    m = re.search(r"release\s+([\d.]+)", raw.decode("utf-8", errors="replace"))
     return cand, m.group(1) if m else None
 
 

@@ -85,8 +85,8 @@ def world_info_dict(encoded: str) -> dict[str, Any] | None:
     """The runner's ``--world_info=<base64 JSON {host: [gpu ids]}>`` decoded, or None."""
     try:
         data = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        return None
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
+        return None  # RecursionError: a planted '{"a":{"a":...' nested 10^4 deep
     return data if isinstance(data, dict) and all(isinstance(k, str) for k in data) else None
 
 
@@ -233,10 +233,12 @@ def is_shell_script(path: str, text: str) -> bool:
         return True
     if not _LAUNCH_LINE.search(text):
         return False
-    import ast  # noqa: PLC0415 - only for this check
+    from dsdoctor.facts.pyparse import ParseBudgetError, parse_bounded  # noqa: PLC0415
 
     try:
-        ast.parse(text)
+        parse_bounded(text)
+    except ParseBudgetError:
+        return False  # too big to tell: read as Python, whose check says why it is not parsed
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return True
     return False

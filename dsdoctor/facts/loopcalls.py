@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from dsdoctor.facts.pyparse import parse_bounded
+
 Site = tuple[int, str]  # (line, the line's stripped text, capped)
 _METHODS = frozenset({"prepare", "backward", "save_model"})
 
@@ -93,8 +95,8 @@ class LoopCallsSeen:
 def loop_calls(path: str, text: str) -> LoopCalls | None:
     """The script's loop calls, or None when it does not parse (DS-wide: scriptcheck reports it)."""
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+        tree = parse_bounded(text)  # ParseBudgetError is a ValueError
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     seen = LoopCallsSeen(text.splitlines())
     for node in ast.walk(tree):

@@ -22,6 +22,13 @@ from dsdoctor.errors import UsageError
 from dsdoctor.safeio import read_bounded
 
 _MAX_CONFIG_BYTES = 8 * 2**20  # a config.json is a few KB; refuse to slurp a weights file
+# The largest size a hyper-parameter may have (vocabularies reach 10^6, hidden sizes 10^5): a
+# larger one is no model, and 10^400 would overflow the float arithmetic of the estimators.
+MAX_MODEL_DIMENSION = 10**9
+
+
+class ModelSizeError(ValueError):
+    """A hyper-parameter outside 0..MAX_MODEL_DIMENSION: the config describes no real model."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class ModelInfo:
     name_or_path: str | None = None
     quantization: str | None = None  # quantization_config.quant_method / load_in_4bit
     bf16_family: str | None = None  # family from the bf16 table matched on the name or path
+    size_error: str | None = None  # why ``params`` is None for a known architecture
 
     @property
     def pretrained_bf16(self) -> bool:
@@ -116,8 +124,11 @@ def model_info_from_config(cfg: dict[str, Any], path: str = "<config>") -> Model
     if dtype and dtype.startswith("torch."):
         dtype = dtype[len("torch."):]
     name = _s(cfg.get("_name_or_path"))
+    size_error = None
     try:
         params = count_params(cfg)
+    except ModelSizeError as exc:
+        params, size_error = None, str(exc)
     except (TypeError, ValueError, KeyError, ZeroDivisionError):
         params = None  # a config with odd values: no count rather than a wrong one
     q = cfg.get("quantization_config")
@@ -132,7 +143,7 @@ def model_info_from_config(cfg: dict[str, Any], path: str = "<config>") -> Model
         hidden_size=_i(_first(cfg, "hidden_size", "d_model", "n_embd", "n_embed")),
         num_layers=_i(_first(cfg, "num_hidden_layers", "num_layers", "n_layer")),
         vocab_size=_i(cfg.get("vocab_size")), params=params, name_or_path=name,
-        quantization=quant, bf16_family=family,
+        quantization=quant, bf16_family=family, size_error=size_error,
     )
 
 
@@ -141,7 +152,10 @@ def _s(v: Any) -> str | None:
 
 
 def _i(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    """A size the rules may compute with: an int in 0..MAX_MODEL_DIMENSION, else unknown."""
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_MODEL_DIMENSION:
+        return v
+    return None
 
 
 def _first(cfg: dict[str, Any], *keys: str) -> Any:
@@ -190,7 +204,11 @@ def _need(cfg: dict[str, Any], *keys: str, default: Any = None) -> int:
     if v is None:
         v = default
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise ValueError(f"config key {keys[0]} is missing or not an integer")
+        raise ModelSizeError(f"{keys[0]} is missing or not a whole number")
+    if v > MAX_MODEL_DIMENSION:
+        shown = f"{v}" if v < 10**30 else f"a {len(str(v))}-digit number"  # json: <= 4300
+        raise ModelSizeError(f"{keys[0]} is {shown}, more than {MAX_MODEL_DIMENSION:,} (no model "
+                             "has it)")
     return v
 
 

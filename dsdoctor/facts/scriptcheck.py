@@ -17,6 +17,7 @@ from typing import Any
 
 from dsdoctor.errors import UsageError
 from dsdoctor.facts.loopcalls import LoopCalls, LoopCallsSeen
+from dsdoctor.facts.pyparse import MAX_PARSE_TOKENS, ParseBudgetError, parse_bounded
 from dsdoctor.facts.scriptnames import (
     Bindings,
     BindingsSeen,
@@ -188,7 +189,12 @@ def check_source(source: str | bytes, path: str = "<script>") -> ScriptFacts:
         if facts is not None:
             return facts
     try:
-        tree = ast.parse(source, filename=path)
+        tree = parse_bounded(source, filename=path)
+    except ParseBudgetError as exc:
+        raise UsageError(f"{path}: {exc} that cannot be cut at a top-level statement (one "
+                         f"expression of megabytes, or unbalanced brackets); dsdoctor parses at "
+                         f"most {MAX_PARSE_TOKENS:,} tokens at once to bound its memory: pass the "
+                         "training script") from None
     except SyntaxError as exc:
         line, col = exc.lineno or 0, (exc.offset or 0)
         raise UsageError(f"{path}:{line}:{col}: syntax error: {exc.msg}; dsdoctor reads the "
@@ -250,7 +256,7 @@ def _check_in_chunks(source: str | bytes, path: str) -> ScriptFacts | None:
     try:
         for first, text in _chunks(source):
             # blank lines in front keep the line numbers of the whole file
-            v.visit(ast.parse("\n" * first + text, filename=path))
+            v.visit(parse_bounded("\n" * first + text, filename=path))
             v._kept.clear()  # ids of a freed tree's nodes may come back in the next one
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None

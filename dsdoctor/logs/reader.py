@@ -22,6 +22,7 @@ from dsdoctor.logs.streams import (
     Decompressed,
     Transcoded,
     compression_of,
+    legacy_encoding_of,
     read_up_to,
     utf_encoding_of,
     zstd_available,
@@ -228,7 +229,7 @@ def _sniff(path: str, head: bytes) -> None:
         )
 
 
-def _open_file(path: str) -> tuple[BinaryIO, int | None]:
+def _open_file(path: str, wait_for_writer: bool = True) -> tuple[BinaryIO, int | None]:
     """Open a path without blocking: regular files (with size), pipes and ttys (size None)."""
     shown = one_line(path)
     if os.path.isdir(path):
@@ -250,21 +251,59 @@ def _open_file(path: str) -> tuple[BinaryIO, int | None]:
     else:
         os.close(fd)
         raise UsageError(f"{shown}: is a device, not a log file; pass the training log")
+    fifo = (st.st_dev, st.st_ino)
+    if wait_for_writer and stat.S_ISFIFO(st.st_mode) and fifo not in _WRITERLESS_FIFOS \
+            and not _wait_for_a_writer(fd, shown):
+        _WRITERLESS_FIFOS.add(fifo)  # waited once per process
     if hasattr(os, "set_blocking"):
         os.set_blocking(fd, True)  # a pipe with a writer is read to its end, like cat does
     return os.fdopen(fd, "rb"), size
 
 
-def open_log(path: str) -> OpenedLog:
+#: How long a FIFO is given to get its writer (``mkfifo p; dsdoctor analyze p & train > p``):
+#: the writer's shell opens it at once, a slow writer then writes when it can. A FIFO nobody
+#: opens for writing still reads as an empty log after this, instead of hanging.
+FIFO_WRITER_WAIT_S = 10.0
+
+
+_WRITERLESS_FIFOS: set[tuple[int, int]] = set()
+
+
+def _wait_for_a_writer(fd: int, shown: str) -> bool:
+    """Wait (at most FIFO_WRITER_WAIT_S) until the FIFO has data or its writer has gone: read
+    at once, a FIFO whose writer opens it a moment later read as empty and its OOM was missed."""
+    try:
+        import select  # noqa: PLC0415 - only for FIFOs
+
+        poller = select.poll()
+    except (ImportError, AttributeError):  # no poll(): read as before
+        return True
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    if poller.poll(500):
+        return True
+    print(f"dsdoctor: {shown}: a FIFO with no writer yet; waiting up to "
+          f"{FIFO_WRITER_WAIT_S:.0f} s for one", file=sys.stderr, flush=True)
+    return bool(poller.poll(int(FIFO_WRITER_WAIT_S * 1000) - 500))
+
+
+# How the notes name the legacy console encodings (each read as its superset).
+_ENCODING_NAMES = {"gb18030": "GBK/GB18030", "cp932": "Shift-JIS (cp932)"}
+
+
+def open_log(path: str, wait_for_writer: bool = True) -> OpenedLog:
     """Open a log: plain, gzip, bz2, xz or zstd; UTF-8, UTF-16 or UTF-32; a file, a pipe or ``-``.
 
     Nothing seeks (``<(...)``, FIFOs and /dev/stdin cannot). Raises UsageError on bad input.
     """
     if path == "-":
-        name, fh, size, owned = "<stdin>", sys.stdin.buffer, None, None
+        stdin = getattr(sys.stdin, "buffer", None)
+        if stdin is None or getattr(sys.stdin, "closed", False):
+            raise UsageError("standard input ('-') is closed; pipe the log in "
+                             "('cat train.log | dsdoctor analyze -') or give its path")
+        name, fh, size, owned = "<stdin>", stdin, None, None
     else:
         name = one_line(path)
-        fh, size = _open_file(path)
+        fh, size = _open_file(path, wait_for_writer)
         owned = fh
     log = OpenedLog(name, fh, size, False, None, [], _file=owned)
     try:
@@ -281,12 +320,13 @@ def open_log(path: str) -> OpenedLog:
             head = read_up_to(stream, 65536)
         except OSError as exc:
             raise UsageError(f"{name}: {exc}; re-copy the log") from None
-        encoding = utf_encoding_of(head)
+        encoding = utf_encoding_of(head) or legacy_encoding_of(head)
         if encoding:
             stream = io.BufferedReader(Transcoded(encoding, Chained(head, stream)), 1 << 20)
             head = read_up_to(stream, 65536)
             log.encoding = encoding
-            log.notes.append(f"{name}: {encoding.upper()} text, read as such")
+            shown = _ENCODING_NAMES.get(encoding, encoding.upper())
+            log.notes.append(f"{name}: {shown} text, read as such")
         _sniff(name, head)
         log.stream = io.BufferedReader(Chained(head, stream), 1 << 20)
         # Paste damage (newlines lost, ranks mixed in one line, hard wraps) repaired (paste.py).

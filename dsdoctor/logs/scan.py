@@ -20,6 +20,7 @@ from typing import Any
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.aggregate import FactCollector, SymptomAggregator, Timeline, finished
 from dsdoctor.logs.formats import Pattern, load_patterns
+from dsdoctor.logs.hidden import hidden_candidates
 from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
@@ -167,6 +168,15 @@ class Scanner:
         self._summarize(log.name, False, *counts)
         return True
 
+    def _reusable_buffer(self) -> bytearray:
+        """The scan buffer of this scanner; one grown past its size by a giant line shrinks back
+        (one range at a time: a scanner scans its ranges one after the other)."""
+        size = CHUNK_BYTES + LOOKAHEAD_BYTES
+        buf = getattr(self, "_buf", None)
+        if buf is None or len(buf) != size:
+            buf = self._buf = bytearray(size)
+        return buf
+
     def _scan_range(self, name, stream, size, compressed, on_event, start: int = 0,
                     stop: int | None = None, mark: int = 0) -> tuple[int, int, bytes]:
         """Scan ``stream`` (positioned at byte ``start`` of a file of ``size`` bytes) up to byte
@@ -183,8 +193,9 @@ class Scanner:
         consumed = start  # absolute offset of buf[0]
         done = False  # the range's end has been scanned (the rest of the buffer is look-ahead)
         file_rank = rank_from_filename(name) if name != "<stdin>" else None
-        # One buffer, reused: fresh 8 MiB allocations per chunk cost more than the scan itself.
-        buf = bytearray(CHUNK_BYTES + LOOKAHEAD_BYTES)
+        # One buffer, reused across chunks and files: a fresh (zero-filled) 8 MiB per file made
+        # 100,000 small logs cost 3 ms each before a byte was read (issue 24).
+        buf = self._reusable_buffer()
         have = 0  # valid bytes at the start of buf
         base_line = 1  # line number of buf[0]
         total = 0
@@ -232,7 +243,8 @@ class Scanner:
             # streams of unknown size (stdin, gzip) read every timeline line of their first MiBs
             full = full_timeline or (not known and consumed < TIMELINE_FULL_BYTES)
             patterns = self.patterns if full else self.main_patterns
-            hits = self._engine(full).candidates(buf, cut)
+            engine = self._engine(full)
+            hits = hidden_candidates(engine, buf, cut, engine.candidates(buf, cut))
             samples: list[tuple] = []
             if not full:
                 samples, mark = self._sample_timeline(buf, cut, have, consumed, stride, mark)
@@ -247,6 +259,15 @@ class Scanner:
             have = rest
         return base_line - 1, total if stop is None else min(total, stop - start), last_byte
 
+    def _symptom_flags(self, patterns) -> list[bool]:
+        """Which patterns emit symptoms, per pattern list (computed once, not per chunk)."""
+        cache = self.__dict__.setdefault("_symptom_cache", {})
+        flags = cache.get(id(patterns))
+        if flags is None or flags[0] is not patterns:
+            flags = cache[id(patterns)] = (patterns, [not p.is_timeline and not p.is_fact
+                                                      for p in patterns])
+        return flags[1]
+
     def _process(self, name, buf, cut, have, hits, samples, patterns, base_line, file_rank,
                  on_event) -> int:
         """Match the candidates of buf[:cut]; return the line number of buf[cut]."""
@@ -258,7 +279,7 @@ class Scanner:
         items = heapq.merge(hits, samples, key=_OFFSET) if samples else hits
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
-        symptom = [not p.is_timeline and not p.is_fact for p in patterns]
+        symptom = self._symptom_flags(patterns)
         for item in items:
             off, idx = item[0], item[1]
             if len(item) > 2:  # a sampled timeline point: (offset, pattern index, segment, values)
@@ -534,7 +555,8 @@ class TailScanner:
 
     def _process(self, cut: int) -> None:
         s = self.scanner
-        hits = s.engine_full.candidates(self._buf, cut)
+        hits = hidden_candidates(s.engine_full, self._buf, cut,
+                                 s.engine_full.candidates(self._buf, cut))
         self._line = s._process(self.name, self._buf, cut, len(self._buf), hits, [], s.patterns,
                                 self._line, self._rank, self.on_event)
         self._buf = self._buf[cut:]

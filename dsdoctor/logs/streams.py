@@ -16,11 +16,27 @@ from typing import BinaryIO
 
 #: Most bytes one decompression step may produce (bounds memory on a bomb).
 PIECE_BYTES = 1 << 20
+#: Bounds on the whole decompressed output (work on a bomb; docs/security.md): past the first
+#: DECOMPRESSED_FREE_BYTES, output may be at most MAX_RATIO times the compressed bytes read (text
+#: logs compress 5-50x; 10 GiB of one repeated line in bz2 is 10^5x and more), and never more
+#: than MAX_DECOMPRESSED_BYTES. What was decompressed before a bound is analyzed, with a note.
+DECOMPRESSED_FREE_BYTES = 256 << 20
+MAX_RATIO = 1000
+MAX_DECOMPRESSED_BYTES = 64 << 30
+#: Compressed bytes read at once (gzip, bz2, xz): small, so that the ratio is checked against
+#: what was actually read, not a megabyte read ahead.
+INPUT_BYTES = 64 << 10
 
 GZIP_MAGIC = b"\x1f\x8b"
 BZ2_MAGIC = b"BZh"
 XZ_MAGIC = b"\xfd7zXZ\x00"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# RFC 8878 3.1.2: skippable frames (magic 0x184D2A50-0x184D2A5F, a 4-byte little-endian size,
+# then that many bytes of user data) may come before, between and after zstd frames.
+
+
+def _zstd_skippable(head: bytes) -> bool:
+    return len(head) >= 4 and 0x50 <= head[0] <= 0x5F and head[1:4] == b"\x2a\x4d\x18"
 
 
 def compression_of(head: bytes) -> str | None:
@@ -31,7 +47,7 @@ def compression_of(head: bytes) -> str | None:
         return "bz2"
     if head.startswith(XZ_MAGIC):
         return "xz"
-    if head.startswith(ZSTD_MAGIC):
+    if head.startswith(ZSTD_MAGIC) or _zstd_skippable(head):
         return "zstd"
     return None
 
@@ -113,6 +129,7 @@ class Decompressed(io.RawIOBase):
         self._done = False
         self._fed = False  # the current member has had input (EOF before that is a clean end)
         self.produced = 0
+        self.consumed = 0  # compressed bytes read from ``inner``
 
     def readable(self) -> bool:
         return True
@@ -127,6 +144,7 @@ class Decompressed(io.RawIOBase):
         """One member ended: start the next one, or stop before trailing garbage."""
         if not rest:
             rest = self._inner.read(PIECE_BYTES)
+            self.consumed += len(rest)
             if not rest:
                 self._done = True
                 return
@@ -142,6 +160,33 @@ class Decompressed(io.RawIOBase):
         self._stop(f"trailing data after the {self.kind} stream ignored; analyzed the "
                    f"{self.produced + len(self._out):,} bytes before it")
 
+    def _skip_zstd_frames(self, data: bytes) -> bytes:
+        """``data`` after the skippable frames at its start (their bytes read and dropped)."""
+        while _zstd_skippable(data[:4]) or (0 < len(data) < 4 and 0x50 <= data[0] <= 0x5F
+                                             and b"\x2a\x4d\x18".startswith(data[1:4])):
+            while len(data) < 8:
+                more = self._inner.read(8 - len(data))
+                self.consumed += len(more)
+                if not more:
+                    self._stop(f"truncated zstd skippable frame; analyzed the first "
+                               f"{self.produced:,} bytes")
+                    return b""
+                data += more
+            if not _zstd_skippable(data[:4]):
+                break
+            skip = int.from_bytes(data[4:8], "little")
+            data = data[8:]
+            while skip > len(data):
+                skip -= len(data)
+                data = self._inner.read(min(INPUT_BYTES, skip) or INPUT_BYTES)
+                self.consumed += len(data)
+                if not data:
+                    self._stop(f"truncated zstd skippable frame; analyzed the first "
+                               f"{self.produced:,} bytes")
+                    return b""
+            data = data[skip:]
+        return data
+
     def _step(self) -> None:
         dec = self._dec
         held = self._limited and not dec.eof and not dec.needs_input
@@ -150,8 +195,9 @@ class Decompressed(io.RawIOBase):
         elif self._pending:
             data, self._pending = self._pending, b""
         else:
-            data = self._inner.read(PIECE_BYTES if self._limited or self.kind == "gzip"
+            data = self._inner.read(INPUT_BYTES if self._limited or self.kind == "gzip"
                                     else ZSTD_INPUT_BYTES)
+            self.consumed += len(data)  # counted where read: unused data is fed again later
             if not data:
                 if not self._fed:
                     self._done = True  # ended on a member boundary (after NUL padding)
@@ -159,6 +205,10 @@ class Decompressed(io.RawIOBase):
                 self._stop(f"truncated {self.kind} stream; analyzed the first "
                            f"{self.produced:,} bytes")
                 return
+        if self.kind == "zstd" and not self._fed and data:
+            data = self._skip_zstd_frames(data)
+            if not data:
+                return  # only skippable frames so far: the next step reads on
         self._fed = self._fed or bool(data)
         try:
             if self.kind == "gzip" or self._limited:
@@ -171,6 +221,15 @@ class Decompressed(io.RawIOBase):
             return
         if self.kind == "gzip":
             self._pending = dec.unconsumed_tail
+        out = self.produced + len(self._out)
+        if out > DECOMPRESSED_FREE_BYTES and (out > MAX_RATIO * self.consumed
+                                              or out > MAX_DECOMPRESSED_BYTES):
+            self._out = b""
+            self._stop(f"decompressed past {self.produced:,} bytes from {self.consumed:,} "
+                       f"compressed ({out // max(self.consumed, 1):,}:1; the bounds are "
+                       f"{MAX_RATIO}:1 and {MAX_DECOMPRESSED_BYTES >> 30} GiB, a decompression "
+                       f"bomb?); analyzed the first {self.produced:,} bytes")
+            return
         if dec.eof:
             self._member_end(dec.unused_data)
 
@@ -221,6 +280,57 @@ def utf_encoding_of(head: bytes) -> str | None:
     if zero_share(0, 2) > 0.7 and zero_share(1, 2) < 0.1:
         return "utf-16-be"
     return None
+
+
+#: Legacy console encodings tried, in order, on a log that is not UTF-8: Chinese Windows and
+#: Linux consoles (GBK, as its superset GB18030) and Japanese Windows (Shift-JIS, as cp932).
+LEGACY_ENCODINGS = ("gb18030", "cp932")
+
+
+def _implausible(encoding: str, text: str) -> int:
+    """Characters a real log in ``encoding`` rarely holds, where the bytes of another encoding
+    land: for GB18030, characters outside GB2312 (Shift-JIS kana and kanji decode to rare GBK
+    ones); for cp932, half-width katakana and private-use characters (what GBK hanzi become)."""
+    bad = 0
+    for ch in text:
+        if ch < "\x80":
+            continue
+        if encoding == "gb18030":
+            try:
+                ch.encode("gb2312")
+            except UnicodeEncodeError:
+                bad += 1
+        elif "\uff61" <= ch <= "\uff9f" or "\ue000" <= ch <= "\uf8ff":
+            bad += 1
+    return bad
+
+
+def legacy_encoding_of(head: bytes) -> str | None:
+    """GB18030 or cp932 for a log's first bytes that are not UTF-8 but decode cleanly (but for
+    a character cut at the end) as one of them, the likelier by its characters; else None."""
+    sample = head[:16384]
+    try:
+        sample.decode("utf-8")
+        return None
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(sample) - 3:
+            return None  # UTF-8 but for a character cut at the end of the sample
+    best: tuple[int, str] | None = None
+    for encoding in LEGACY_ENCODINGS:
+        dec = codecs.getincrementaldecoder(encoding)(errors="strict")
+        try:
+            text = dec.decode(sample, final=False)
+        except UnicodeDecodeError:
+            continue
+        wide = sum(1 for ch in text if ch >= "\x80")
+        if not wide:
+            continue
+        bad = _implausible(encoding, text)
+        if bad * 5 > wide:
+            continue  # more than one character in five is unlikely: not this encoding
+        if best is None or bad < best[0]:
+            best = (bad, encoding)
+    return best[1] if best else None
 
 
 class Transcoded(io.RawIOBase):

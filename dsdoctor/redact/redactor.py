@@ -58,7 +58,9 @@ def redact_secrets(text: str) -> str:
     if not text:
         return text
     if len(text) > _WHOLE_LIMIT:
-        return "".join(redact_secrets(part) for part in text.splitlines(keepends=True))
+        parts = text.splitlines(keepends=True)
+        if len(parts) > 1:  # one line of megabytes is redacted whole (no endless recursion)
+            return "".join(redact_secrets(part) for part in parts)
     # A pass can expose a secret to the next (a decoded %3D run, a marker that now bounds a
     # token), so a text that changed is redacted again until it is stable: redacting dsdoctor's
     # own output never finds anything new. A text without secrets costs one pass.

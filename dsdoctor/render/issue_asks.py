@@ -91,8 +91,9 @@ def _quoted(text: str, redactor: Redactor, comment: str) -> str:
     if cut >= len(text):
         return redactor.text(text)
     shown = len(text[:cut].splitlines())
-    margin = text.find("\n", min(len(text), cut + _REDACT_MARGIN))
-    red = redactor.text(text[:margin if margin != -1 else len(text)])
+    # the margin ends at a line end, or (a line of megabytes: one 10 MB string) after it anyway
+    margin = text.find("\n", min(len(text), cut + _REDACT_MARGIN), cut + 2 * _REDACT_MARGIN)
+    red = redactor.text(text[:margin if margin != -1 else cut + 2 * _REDACT_MARGIN])
     head = "".join(red.splitlines(keepends=True)[:shown])
     total = text.count("\n") + (0 if text.endswith("\n") else 1)
     return (head.rstrip("\n") + f"\n{comment} dsdoctor: the first {shown:,} of {total:,} lines "
@@ -183,7 +184,7 @@ def _config_stage(configs: Sequence[ConfigText]) -> tuple[int, str] | None:
             continue
         try:
             data = json.loads(c.text)
-        except ValueError:
+        except (ValueError, RecursionError):
             m = re.search(r'"stage"\s*:\s*(\d)', c.text)
             if m:
                 return int(m.group(1)), Path(c.path).name

@@ -168,7 +168,7 @@ def _config_summary(configs: Sequence[ConfigText]) -> str:
             continue
         try:
             d = json.loads(c.text)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(d, dict):
             continue

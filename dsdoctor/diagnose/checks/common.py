@@ -14,6 +14,7 @@ from dsdoctor.facts import dskeys
 from dsdoctor.facts.configfile import ConfigDoc
 from dsdoctor.facts.context import Context
 from dsdoctor.facts.dskeys import parse_version
+from dsdoctor.facts.pyparse import parse_bounded
 from dsdoctor.model import Evidence, Finding, Symptom
 
 # --------------------------------------------------------------------------------- shared helpers
@@ -207,7 +208,7 @@ def script_trees(ctx: Context, *needles: str, any_of: tuple[str, ...] = ()
             continue
         if path not in ctx.script_trees:
             try:
-                ctx.script_trees[path] = ast.parse(text)
+                ctx.script_trees[path] = parse_bounded(text)  # a ValueError past its budget
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 ctx.script_trees[path] = None
         tree = ctx.script_trees[path]

@@ -26,6 +26,10 @@ from dsdoctor.model import Finding
 
 # ------------------------------------------------------------------------ DS301 duplicate keys
 
+#: Duplicate keys explained one by one per config file; the rest are counted in one finding.
+MAX_DUPLICATES_SHOWN = 50
+
+
 def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
     """Keys written twice in one object: DeepSpeed refuses the file."""
     seen: set[str] = set()
@@ -40,7 +44,7 @@ def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
         if doc.path in seen or doc.synthesized:
             continue
         seen.add(doc.path)
-        for dup in doc.duplicates:
+        for dup in doc.duplicates[:MAX_DUPLICATES_SHOWN]:
             severity = ""
             if doc.kind != "deepspeed":
                 where = "YAML keeps the last value without a word"
@@ -62,6 +66,17 @@ def duplicate_keys(ctx: Context, rule: Any) -> Iterator[Finding]:
                 path=dup.path, file=dup.pos.file, line=dup.pos.line,
                 fix=f"delete one of the two '{dup.path.rpartition('.')[2]}' entries "
                     f"(lines {a} and {b}), keeping the value you mean")
+        rest = doc.duplicates[MAX_DUPLICATES_SHOWN:]
+        if rest:  # 10^5 duplicates: one finding each would be 10^5 paragraphs (issue 24)
+            names = sorted({d.path for d in rest})
+            yield finding(
+                f"{len(rest):,} more keys are written more than once in {doc.path} (the first "
+                f"{MAX_DUPLICATES_SHOWN} are shown one by one; these are only counted): "
+                + ", ".join(f"'{n}'" for n in names[:5])
+                + (f" and {len(names) - 5:,} more names" if len(names) > 5 else "") + ".",
+                severity="warning" if doc.kind != "deepspeed" or hf else "",
+                path=rest[0].path, file=rest[0].pos.file, line=rest[0].pos.line,
+                fix="keep one entry per key")
 
 
 # ------------------------------------------------------------------ DS302/DS303 unknown keys
