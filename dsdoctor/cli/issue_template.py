@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"{out}: cannot write ({exc.strerror or exc}); choose another --output") from None
-    # atomic, never through a link, never a device; an existing file only with --force
-    write_new_file(str(out), text.encode("utf-8"), [], args.force, 0o666, "--output")
+    # atomic, never through a link, never a device; a file named with -o is replaced, the
+    # default path only with --force (checked above)
+    write_new_file(str(out), text.encode("utf-8"), [], True, 0o666, "--output")
     print(f"dsdoctor: wrote {out}; commit it and GitHub offers it under 'New issue'", file=sys.stderr)
     return 0
 
