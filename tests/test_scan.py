@@ -209,13 +209,19 @@ def test_every_shipped_pattern_compiles():
 def test_hyperscan_database_cache_gives_the_same_results(patterns, tmp_path, monkeypatch):
     if not hyperscan_available():
         pytest.skip("hyperscan not installed")
+    from dsdoctor.logs import prefilter  # noqa: PLC0415
+
     monkeypatch.setenv("DSDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    # as a new process: an earlier test's scan left the database loaded in this one
+    monkeypatch.setattr(prefilter, "_LOADED", {})
     data = ("\n".join(["x", OVERFLOW.format(a=8, b=4), "exits with return code = -9"]) + "\n").encode()
     first = scan_bytes(patterns, data, "hyperscan")  # compiles and stores
     assert list((tmp_path / "cache").glob("hs-*.db"))
+    prefilter._LOADED.clear()
     second = scan_bytes(patterns, data, "hyperscan")  # loads
     assert comparable(first.symptoms) == comparable(second.symptoms)
     for f in (tmp_path / "cache").glob("hs-*.db"):
         f.write_bytes(b"garbage")  # a corrupt cache entry is recompiled, not trusted
+    prefilter._LOADED.clear()
     third = scan_bytes(patterns, data, "hyperscan")
     assert comparable(third.symptoms) == comparable(first.symptoms)
