@@ -213,21 +213,31 @@ def test_copytruncate_race_with_a_free_running_writer(tmp_path):
     reader = Reader(path)
     stop = threading.Event()
     tokens = threading.Semaphore(0)  # ten lines each: the writer is bounded, never paced by a clock
+    wrote = threading.Condition()
 
     def write_on() -> None:
         while tokens.acquire() and not stop.is_set():
             writer.write(10)
+            with wrote:
+                wrote.notify_all()
 
     thread = threading.Thread(target=write_on)
     thread.start()
     windows = []
     started = 0  # the first line of the file as it is now
+    target = 0  # lines released so far
     try:
         for _ in range(5):
             tokens.release(30)
+            target += 300
+            # the reader first sees lines of this file (on a loaded machine the writer thread may
+            # not have run yet: a reader that read nothing cannot tell the rotated copy)
+            with wrote:
+                wrote.wait_for(lambda need=target - 290: writer.written >= need, timeout=600)
             for _ in range(5):
                 reader.poll()
             tokens.release(30)  # still writing while the file is copied and truncated
+            target += 300
             shutil.copyfile(path, f"{path}.1")
             copied = _numbers(Path(f"{path}.1").read_text().splitlines(), strict=False)
             with writer.lock:  # the truncation between two of the writer's lines
