@@ -9,9 +9,8 @@ Run: ``deepspeed --num_gpus 1 bf16_master_weights_no_offload.py`` or with torchr
 
 from __future__ import annotations
 
-import torch
-
 import deepspeed
+import torch
 
 CONFIG = {
     "train_micro_batch_size_per_gpu": 2,

@@ -9,10 +9,9 @@ Run each rank with torchrun's variables (RANK, WORLD_SIZE=2, MASTER_ADDR, MASTER
 
 from __future__ import annotations
 
+import deepspeed
 import torch
 import torch.distributed as dist
-
-import deepspeed
 from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPDataLoaderAdapter
 
 SEQ_LEN = 7
