@@ -24,25 +24,22 @@ MAX_SECONDS = 365 * 24 * 3600.0
 MAX_PID = 2**31 - 1
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= MAX_SECONDS:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_SECONDS:.0f} "
-                                         f"seconds: {text!r}")
-    return value
-
-
-def _idle_seconds(text: str) -> float:
-    """--exit-on-idle: 0 (stop once the backlog is read) or a finite number of seconds."""
+def _seconds(text: str) -> float:
+    """A finite number of seconds, 0 to MAX_SECONDS (nan, inf and 1e400 are none)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be 0 to {MAX_SECONDS:.0f} seconds: {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most {MAX_SECONDS:.0f} "
+                                         f"seconds: {text!r}")
     return value
 
 
@@ -105,7 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--from-end", action="store_true",
                    help="start at the end of the files (default: read them from the start)")
     p.add_argument("--plain", action="store_true", help="no TUI: print events as lines")
-    p.add_argument("--exit-on-idle", type=_idle_seconds, metavar="SECONDS",
+    p.add_argument("--exit-on-idle", type=_seconds, metavar="SECONDS",
                    help="(--plain) stop after the logs have not grown for SECONDS")
     p.add_argument("--stall-after", type=_positive, metavar="SECONDS",
                    help="raise a possible hang after SECONDS without progress (default: 20x the "

@@ -101,3 +101,22 @@ def train_loop(model: Any, ds_config: str, steps: int, print_every: int = 1,
         if pause:
             time.sleep(pause)
     return engine
+
+
+def run_two_ranks(out: Any, script: Any, timeout_s: int, run_timeout: float,
+                  env: dict[str, str] | None = None) -> tuple[Any, str]:
+    """Write ZERO2_CONFIG and the model config into ``out``, run ``script --worker`` on 2 ranks
+    under the deepspeed launcher with a process-group timeout of ``timeout_s``, and return
+    (the run, its train.log). DeepSpeed's shared-memory buffers of the run are removed."""
+    import _common as c  # noqa: PLC0415 - the scenarios' own helpers, next to this file
+
+    c.write_json(out / "ds_config.json", ZERO2_CONFIG)
+    c.write_json(out / "model_config.json", model_config())
+    port = c.free_port()
+    argv = ["--worker", "--deepspeed_config", "ds_config.json", "--timeout", str(timeout_s)]
+    try:
+        run = c.run_logged(c.Run("train.log", c.deepspeed_cmd(script, 2, argv, port=port)), out,
+                           env=env, timeout=run_timeout)
+    finally:
+        c.remove_shm_buffers(port)
+    return run, c.read_log(out, "train.log")

@@ -33,8 +33,6 @@ STALL_S = 3 * TIMEOUT_S  # longer than the timeout: rank 0 gives up first
 BATCH = 8
 SEQ = 32
 
-CONFIG = _lm.ZERO2_CONFIG
-
 
 def worker() -> None:
     """One rank: ZeRO-2 steps over a DataLoader; rank 1's sample for step STALL_AT stalls."""
@@ -81,16 +79,7 @@ def worker() -> None:
 
 def generate(out: Path) -> c.Outcome:
     """Run the training whose rank 1 stalls in its data loader and write the scenario folder."""
-    c.write_json(out / "ds_config.json", CONFIG)
-    c.write_json(out / "model_config.json", _lm.model_config())
-    port = c.free_port()
-    argv = ["--worker", "--deepspeed_config", "ds_config.json", "--timeout", str(TIMEOUT_S)]
-    try:
-        run = c.run_logged(c.Run("train.log", c.deepspeed_cmd(SCRIPT, 2, argv, port=port)), out,
-                           timeout=STALL_S * 3 + 120)
-    finally:
-        c.remove_shm_buffers(port)
-    log = c.read_log(out, "train.log")
+    run, log = _lm.run_two_ranks(out, SCRIPT, TIMEOUT_S, run_timeout=STALL_S * 3 + 120)
     c.require(run.returncode != 0 and not run.timed_out, "the stall did not end in an error")
     c.require(f"step {STALL_AT - 1}/" in log and f"step {STALL_AT}/" not in log,
               "the run did not stop at the stalled step")

@@ -25,8 +25,6 @@ SCRIPT = Path(__file__).resolve()
 TIMEOUT_S = 20  # process-group timeout: short so that the hang turns into an error quickly
 MEAN_EVERY = 5  # the step whose (rank-0-only) mean-loss all-reduce desynchronizes the ranks
 
-CONFIG = _lm.ZERO2_CONFIG
-
 
 def worker() -> None:
     """One rank: ZeRO-2 steps; rank 0 alone all-reduces the loss every MEAN_EVERY steps."""
@@ -50,16 +48,7 @@ def worker() -> None:
 
 def generate(out: Path) -> c.Outcome:
     """Run the desynchronized training and write the scenario folder."""
-    c.write_json(out / "ds_config.json", CONFIG)
-    c.write_json(out / "model_config.json", _lm.model_config())
-    port = c.free_port()
-    argv = ["--worker", "--deepspeed_config", "ds_config.json", "--timeout", str(TIMEOUT_S)]
-    try:
-        run = c.run_logged(c.Run("train.log", c.deepspeed_cmd(SCRIPT, 2, argv, port=port)), out,
-                           timeout=TIMEOUT_S * 6 + 120)
-    finally:
-        c.remove_shm_buffers(port)
-    log = c.read_log(out, "train.log")
+    run, log = _lm.run_two_ranks(out, SCRIPT, TIMEOUT_S, run_timeout=TIMEOUT_S * 6 + 120)
     c.require(run.returncode != 0 and not run.timed_out, "the hang did not end in an error")
     c.require(f"step {MEAN_EVERY}/" in log and "training finished" not in log,
               "the run did not stop at the desynchronizing step")

@@ -29,8 +29,6 @@ MEAN_EVERY = 5
 TRACE_DIR = "fr_trace"
 PREFIX = "nccl_trace_rank_"  # torch's default dump name (TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
 
-CONFIG = _lm.ZERO2_CONFIG
-
 
 def worker() -> None:
     """One rank: ZeRO-2 steps; rank 0 alone all-reduces the loss every MEAN_EVERY steps; on the
@@ -62,21 +60,12 @@ def worker() -> None:
 
 def generate(out: Path) -> c.Outcome:
     """Run the desynchronized training with the Flight Recorder on; write the scenario folder."""
-    c.write_json(out / "ds_config.json", CONFIG)
-    c.write_json(out / "model_config.json", _lm.model_config())
     traces = out / TRACE_DIR
     shutil.rmtree(traces, ignore_errors=True)
     traces.mkdir()
-    port = c.free_port()
-    argv = ["--worker", "--deepspeed_config", "ds_config.json", "--timeout", str(TIMEOUT_S)]
     env = c.launcher_env({"TORCH_FR_BUFFER_SIZE": "2000",
                           "TORCH_FR_DUMP_TEMP_FILE": f"{TRACE_DIR}/{PREFIX}"})
-    try:
-        run = c.run_logged(c.Run("train.log", c.deepspeed_cmd(SCRIPT, 2, argv, port=port)), out,
-                           env=env, timeout=TIMEOUT_S * 6 + 120)
-    finally:
-        c.remove_shm_buffers(port)
-    log = c.read_log(out, "train.log")
+    run, log = _lm.run_two_ranks(out, SCRIPT, TIMEOUT_S, run_timeout=TIMEOUT_S * 6 + 120, env=env)
     c.require(run.returncode != 0 and not run.timed_out, "the hang did not end in an error")
     c.require(f"step {MEAN_EVERY}/" in log and "training finished" not in log,
               "the run did not stop at the desynchronizing step")

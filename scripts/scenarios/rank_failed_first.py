@@ -25,8 +25,6 @@ TIMEOUT_S = 20  # process-group timeout: short, so that a wait that never ends b
 FAIL_AT = 5  # the step after which rank 1's check fails
 VICTIM = 1
 
-CONFIG = _lm.ZERO2_CONFIG
-
 
 def check_batch(step: int, rank: int) -> None:
     """The user's check of the next batch; on rank VICTIM it fails after step FAIL_AT."""
@@ -49,16 +47,7 @@ def worker() -> None:
 
 def generate(out: Path) -> c.Outcome:
     """Run the training whose rank 1 fails and write the scenario folder."""
-    c.write_json(out / "ds_config.json", CONFIG)
-    c.write_json(out / "model_config.json", _lm.model_config())
-    port = c.free_port()
-    argv = ["--worker", "--deepspeed_config", "ds_config.json", "--timeout", str(TIMEOUT_S)]
-    try:
-        run = c.run_logged(c.Run("train.log", c.deepspeed_cmd(SCRIPT, 2, argv, port=port)), out,
-                           timeout=TIMEOUT_S * 6 + 120)
-    finally:
-        c.remove_shm_buffers(port)
-    log = c.read_log(out, "train.log")
+    run, log = _lm.run_two_ranks(out, SCRIPT, TIMEOUT_S, run_timeout=TIMEOUT_S * 6 + 120)
     c.require(run.returncode != 0 and not run.timed_out, "the run did not end in an error")
     c.require(f"step {FAIL_AT}/" in log and "training finished" not in log,
               "the run did not stop after the failing step")
