@@ -205,5 +205,41 @@ def bf16_master_weights_without_offload(ctx: Context, rule: Any) -> Iterator[Fin
         path=MASTER_KEY)
 
 
+#: DeepSpeed's Muon: from 0.17.6 (config.py); up to 0.19.6 it trains silently without Newton-Schulz
+#: at ZeRO stage 0 (DeepSpeed#8441) and under ZeRO-3 with a model built in zero.Init (#8438).
+MUON_SINCE = (0, 17, 6)
+MUON_FIXED = (0, 19, 7)
+#: what in a script or run builds the model under deepspeed.zero.Init at ZeRO-3
+ZERO_INIT_MARKERS = ("zero.Init", "HfDeepSpeedConfig")
+
+
+def muon_silently_inactive(ctx: Context, rule: Any) -> Iterator[Finding]:
+    opt = ctx.cfg_get("optimizer.type")
+    if lintable(ctx) is None or not isinstance(opt, str) or opt.lower() != "muon":
+        return
+    if not MUON_SINCE <= parse_version(ctx.ds_version) < MUON_FIXED:
+        return
+    stage = zero_stage(ctx)
+    if stage == 0:
+        yield finding(
+            f"optimizer.type is Muon at ZeRO stage 0 on DeepSpeed {ctx.ds_version}: before 0.19.7 "
+            "nothing runs Muon's Newton-Schulz step without a ZeRO optimizer, so the matrices "
+            "train with plain SGD - no error, and the loss still falls.",
+            fix="upgrade DeepSpeed to 0.19.7 or later, or set zero_optimization.stage to 1 or 2",
+            path="optimizer.type")
+        return
+    built_in_zero_init = bool(ctx.uses_trainer) or any(
+        marker in text for text in ctx.script_sources.values() for marker in ZERO_INIT_MARKERS)
+    if stage == 3 and built_in_zero_init:
+        yield finding(
+            f"optimizer.type is Muon at ZeRO-3 on DeepSpeed {ctx.ds_version} with the model built "
+            "under deepspeed.zero.Init (the Trainer, Accelerate or a live HfDeepSpeedConfig do "
+            "that at ZeRO-3): before 0.19.7 every partitioned parameter looks 1-D, none is given "
+            "to Muon and all train with the AdamW branch - no error.",
+            fix="upgrade DeepSpeed to 0.19.7 or later, or use ZeRO stage 1 or 2 for Muon",
+            path="optimizer.type")
+
+
 __all__ = ["autotp_data_inconsistency", "autotp_package_versions", "bf16_master_weights_without_offload",
+           "muon_silently_inactive",
            "master_weights_need_offload", "ulysses_seqlen_not_divisible", "vllm_weight_sync_failed"]

@@ -145,6 +145,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     accelerate_keys.mixed_precision_value,  # DS324
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
     parallelism.bf16_master_weights_without_offload,  # DS330
+    parallelism.muon_silently_inactive,  # DS331
     release_traps.deepcompile_torch_range,  # DS326
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}

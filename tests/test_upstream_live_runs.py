@@ -1,0 +1,279 @@
+"""Claims of the rules shown for real by running DeepSpeed 0.19.x, Transformers and the DeepSpeed
+launcher on the CPU (issue 20, item 4): each test starts the installed releases in a child process
+(gloo, 1-2 ranks, tiny models) and asserts what they do, so a release that changes the behaviour
+fails here instead of misleading a user. Each test is a rule's ``verified`` source.
+
+Marked ``deepspeed`` like tests/test_live_deepspeed.py: they run with the Python named by
+``--ds-python`` / ``DSDOCTOR_DS_PYTHON`` (default: this one) and are skipped with the reason where
+it cannot import torch, deepspeed and transformers. Each takes 10-40 s on 2 CPU cores. The child
+processes never download anything (models are built from configs) and the shared-memory buffers a
+run leaves in /dev/shm are removed by its rendezvous port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHM = Path("/dev/shm")
+
+pytestmark = pytest.mark.deepspeed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _child_env(port: int, one_rank: bool) -> dict[str, str]:
+    """The environment of a child run: offline, one thread, no GPU; ``one_rank`` sets the
+    variables torch.distributed reads for a single-rank gloo group (no launcher)."""
+    env = dict(os.environ)
+    env.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if one_rank:
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return env
+
+
+def _remove_shm_buffers(port: int) -> None:
+    """DeepSpeed's CPU accelerator names its all-reduce buffers ``deepspeed_*_<port>_<rank>`` and
+    never removes them; only this run's (by its port) are removed."""
+    if SHM.is_dir():
+        for f in SHM.glob(f"deepspeed_*_{port}_*"):
+            f.unlink(missing_ok=True)
+
+
+def _run_one_rank(ds_python: str, tmp_path: Path, worker: str, *args: str) -> dict[str, Any]:
+    """Run ``worker`` (Python source) as a single gloo rank; return the JSON it printed after
+    ``RESULT ``."""
+    script = tmp_path / "worker.py"
+    script.write_text(worker)
+    port = _free_port()
+    try:
+        proc = subprocess.run([ds_python, str(script), *args], capture_output=True, text=True,
+                              timeout=300, env=_child_env(port, one_rank=True), cwd=tmp_path)
+    finally:
+        _remove_shm_buffers(port)
+    results = [line[len("RESULT "):] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and results, (
+        f"worker exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return dict(json.loads(results[-1]))
+
+
+# --- DS218: data_types.grad_accum_dtype at ZeRO-2 and ZeRO-3 -------------------------------------
+
+GRAD_ACCUM_WORKER = r'''
+import json, sys
+import torch
+import deepspeed
+
+deepspeed.init_distributed(dist_backend="gloo")
+stage, accum = int(sys.argv[1]), sys.argv[2]
+config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+          "bf16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+          "zero_optimization": {"stage": stage}}
+if accum != "none":
+    config["data_types"] = {"grad_accum_dtype": accum}
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+x = torch.randn(2, 16, dtype=torch.bfloat16)
+for _ in range(2):  # two of the four micro-batches: the gradients are being accumulated now
+    loss = engine(x).float().pow(2).mean()
+    engine.backward(loss)
+    engine.step()
+opt = engine.optimizer
+held = {}
+if stage == 3:  # ZeRO-3 accumulates the gradient partitions in one flat buffer
+    held["flat_buffer"] = str(opt.grad_partitions_flat_buffer.dtype)
+else:  # ZeRO-2: its separate fp32 partitions, or the gradients it keeps in the model's dtype
+    held["partitions"] = sorted({str(t.dtype) for ts in opt.averaged_gradients.values() for t in ts})
+    held["kept_grads"] = sorted({str(t.dtype) for ts in opt.all_grad_tensors.values() if ts
+                                 for t in ts if t is not None})
+print("RESULT " + json.dumps({
+    "optimizer": type(opt).__name__,
+    "engine_data_types": [str(t) for t in engine.get_data_types()],
+    "optimizer_accum_dtype": str(opt.gradient_accumulation_dtype),
+    **held}), flush=True)
+'''
+
+
+def test_grad_accum_dtype_fp32_takes_effect_at_zero2(ds_python: str, tmp_path: Path) -> None:
+    """bf16 at ZeRO-2, four micro-batches per step: with ``grad_accum_dtype: fp32`` the optimizer
+    accumulates the gradient partitions in fp32 buffers; without it the gradients it keeps between
+    micro-batches are bf16."""
+    fp32 = _run_one_rank(ds_python, tmp_path, GRAD_ACCUM_WORKER, "2", "fp32")
+    assert fp32["optimizer"] == "DeepSpeedZeroOptimizer"
+    assert fp32["engine_data_types"] == ["torch.bfloat16", "torch.float32"]
+    assert fp32["optimizer_accum_dtype"] == "torch.float32"
+    assert fp32["partitions"] == ["torch.float32"]
+    assert fp32["kept_grads"] == [], fp32
+
+    default = _run_one_rank(ds_python, tmp_path, GRAD_ACCUM_WORKER, "2", "none")
+    assert default["optimizer_accum_dtype"] == "torch.bfloat16"
+    assert default["partitions"] == []
+    assert default["kept_grads"] == ["torch.bfloat16"]
+
+
+def test_grad_accum_dtype_fp32_takes_effect_at_zero3(ds_python: str, tmp_path: Path) -> None:
+    """bf16 at ZeRO-3: the flat buffer the gradient partitions accumulate in is fp32 with
+    ``grad_accum_dtype: fp32`` and bf16 without it."""
+    fp32 = _run_one_rank(ds_python, tmp_path, GRAD_ACCUM_WORKER, "3", "fp32")
+    assert fp32["optimizer"] == "DeepSpeedZeroOptimizer_Stage3"
+    assert fp32["engine_data_types"] == ["torch.bfloat16", "torch.float32"]
+    assert fp32["flat_buffer"] == "torch.float32"
+
+    default = _run_one_rank(ds_python, tmp_path, GRAD_ACCUM_WORKER, "3", "none")
+    assert default["flat_buffer"] == "torch.bfloat16"
+
+
+# --- DS113: deepspeed --enable_each_rank_log DIR --------------------------------------------------
+
+RANK_PRINT_WORKER = r'''
+import os
+print(f"hello from rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}", flush=True)
+'''
+
+
+def _launcher(ds_python: str) -> list[str]:
+    exe = Path(ds_python).parent / "deepspeed"
+    return [str(exe)] if exe.exists() else [ds_python, "-m", "deepspeed.launcher.runner"]
+
+
+def _launch_two_ranks(ds_python: str, tmp_path: Path, log_arg: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "rank_print.py"
+    script.write_text(RANK_PRINT_WORKER)
+    port = _free_port()
+    try:
+        return subprocess.run(
+            [*_launcher(ds_python), "--num_gpus=2", f"--master_port={port}",
+             "--enable_each_rank_log", log_arg, str(script)],
+            capture_output=True, text=True, timeout=300, env=_child_env(port, one_rank=False),
+            cwd=tmp_path)
+    finally:
+        _remove_shm_buffers(port)
+
+
+def test_enable_each_rank_log_writes_one_file_per_rank_into_a_directory(
+        ds_python: str, tmp_path: Path) -> None:
+    """The launcher creates the directory and writes each rank's stdout into its own
+    ``<timestamp>_rank<N>.log``; the ranks' lines no longer reach the launcher's output."""
+    logs = tmp_path / "rank_logs"
+    proc = _launch_two_ranks(ds_python, tmp_path, str(logs))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = sorted(logs.iterdir())
+    assert [f.name.rsplit("_", 1)[-1] for f in files] == ["rank0.log", "rank1.log"]
+    for rank, f in enumerate(files):
+        assert f"hello from rank {rank} of 2" in f.read_text()
+    assert "hello from rank" not in proc.stdout + proc.stderr
+
+
+def test_enable_each_rank_log_refuses_a_file(ds_python: str, tmp_path: Path) -> None:
+    """Given an existing file instead of a directory, the launcher stops before any rank runs."""
+    not_a_dir = tmp_path / "ranks.log"
+    not_a_dir.write_text("")
+    proc = _launch_two_ranks(ds_python, tmp_path, str(not_a_dir))
+    assert proc.returncode != 0
+    assert "should not be a file, it should be a directory" in proc.stdout + proc.stderr
+    assert "hello from rank" not in proc.stdout + proc.stderr
+
+
+# --- DS318 / DS202: what Transformers' HfDeepSpeedConfig sees ------------------------------------
+
+HF_ZERO3_WORKER = r'''
+import json, sys
+import deepspeed
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.integrations import HfDeepSpeedConfig, is_deepspeed_zero3_enabled
+
+deepspeed.init_distributed(dist_backend="gloo")
+stage = json.loads(sys.argv[1])  # 3 or "3", as the user's JSON has it
+config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": stage}}
+dschf = HfDeepSpeedConfig(config)  # keep this object alive
+model = GPT2LMHeadModel._from_config(GPT2Config(vocab_size=128, n_positions=32, n_embd=32,
+                                                n_layer=1, n_head=2))
+weight = model.transformer.wte.weight
+print("RESULT " + json.dumps({
+    "is_zero3": dschf.is_zero3(),
+    "is_deepspeed_zero3_enabled": is_deepspeed_zero3_enabled(),
+    "partitioned_by_zero_init": hasattr(weight, "ds_id"),
+    "local_numel": weight.numel()}), flush=True)
+'''
+
+
+def test_stage_string_3_is_not_zero3_for_hf_deepspeed_config(ds_python: str, tmp_path: Path) -> None:
+    """``"stage": "3"``: Transformers' HfDeepSpeedConfig does not see ZeRO-3, so a model built
+    while it is alive is not partitioned by deepspeed.zero.Init (every rank holds all of it);
+    the number 3 partitions it."""
+    as_string = _run_one_rank(ds_python, tmp_path, HF_ZERO3_WORKER, '"3"')
+    assert as_string == {"is_zero3": False, "is_deepspeed_zero3_enabled": False,
+                         "partitioned_by_zero_init": False, "local_numel": 128 * 32}
+    as_number = _run_one_rank(ds_python, tmp_path, HF_ZERO3_WORKER, "3")
+    assert as_number["is_zero3"] is True and as_number["is_deepspeed_zero3_enabled"] is True
+    assert as_number["partitioned_by_zero_init"] is True and as_number["local_numel"] == 0
+
+
+INITIALIZE_ONLY_WORKER = r'''
+import json
+import torch
+import deepspeed
+from transformers.integrations import is_deepspeed_zero3_enabled
+
+deepspeed.init_distributed(dist_backend="gloo")
+config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}
+model = torch.nn.Linear(8, 8)
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+print("RESULT " + json.dumps({"engine_stage": engine.zero_optimization_stage(),
+                              "is_deepspeed_zero3_enabled": is_deepspeed_zero3_enabled()}), flush=True)
+'''
+
+
+def test_initialize_alone_leaves_is_deepspeed_zero3_enabled_false(ds_python: str, tmp_path: Path) -> None:
+    """A script that only calls deepspeed.initialize with a ZeRO-3 config runs ZeRO-3, yet
+    Transformers' is_deepspeed_zero3_enabled() (what generate() derives synced_gpus from) is
+    False there."""
+    result = _run_one_rank(ds_python, tmp_path, INITIALIZE_ONLY_WORKER)
+    assert result == {"engine_stage": 3, "is_deepspeed_zero3_enabled": False}
+
+
+# --- DS213: the Trainer's eval-only run below ZeRO-3 ---------------------------------------------
+
+TRAINER_EVAL_WORKER = r'''
+import json, sys
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+stage = int(sys.argv[1])
+config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": stage}}
+args = TrainingArguments(output_dir="out", deepspeed=config, per_device_eval_batch_size=2,
+                         report_to=[], use_cpu=True, do_eval=True)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=1, n_head=2))
+ids = torch.randint(0, 128, (4, 16))
+dataset = [{"input_ids": row, "labels": row} for row in ids]
+try:
+    metrics = Trainer(model=model, args=args, eval_dataset=dataset).evaluate()
+    outcome = {"metrics": sorted(metrics)}
+except Exception as exc:  # the claim is about which exception, so keep its type and text
+    outcome = {"error": type(exc).__name__, "message": str(exc)}
+print("RESULT " + json.dumps(outcome), flush=True)
+'''
+
+
+def test_trainer_evaluate_without_training_refuses_zero2(ds_python: str, tmp_path: Path) -> None:
+    """Trainer.evaluate() before any training sets DeepSpeed up for inference, which refuses
+    ZeRO stage 2 with a ValueError."""
+    result = _run_one_rank(ds_python, tmp_path, TRAINER_EVAL_WORKER, "2")
+    assert result == {"error": "ValueError", "message":
+                      "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config"}
