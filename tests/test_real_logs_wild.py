@@ -72,6 +72,14 @@ RETRY_MISSES: dict[str, str] = {
     "checkpoint-error__phi3-vision-ft14-save-shared-tensors-runtimeerror.log":
         "safetensors refuses the shared tensors on every save (no); the RuntimeError is no bug "
         "class DS113 knows: unknown",
+    "port-in-use__dlrover443-mnist-init-process-group-tcpstore-errno-98.log":
+        "the label says a retry helps; DS112 says it helps on another port or node, and fails on "
+        "the same port while the process holding it lives (unknown)",
+    "cpu-oom__chatlearner76-tf-training-loop-started-then-killed.log":
+        "a bare `Killed` is a SIGKILL from anything (the OOM killer, a person, a scheduler): the "
+        "maintainer's word that it was memory is in the thread, not the log (unknown)",
+    "cpu-oom__lte22-train-config-loaded-then-killed.log":
+        "a bare `Killed`, as above: the memory limit is the maintainer's word (unknown)",
 }
 RETRIABLE = ("yes", "no", "unknown")
 
@@ -129,7 +137,9 @@ def assert_retry(row: dict[str, str], verdict) -> None:
                 f"{row['retriable']}")
     else:
         assert verdict.retriable != "yes", verdict.retriable_reason
-        if verdict.fate == row["fate"]:
+        # of a healthy run there is nothing to retry: collectors a-c wrote 'no', d-g 'unknown'
+        moot = row["fate"] == "healthy" and row["retriable"] == "unknown"
+        if verdict.fate == row["fate"] and not moot:
             assert verdict.retriable == row["retriable"], verdict.retriable_reason
 
 
