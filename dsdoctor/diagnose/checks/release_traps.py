@@ -173,8 +173,8 @@ def no_sync_preflight(ctx: Context, rule: Any) -> Iterator[Finding]:
 WEIGHTS_ONLY = "Weights only load failed"
 #: DeepSpeed's TorchCheckpointEngine.load passes weights_only=False from this release.
 WEIGHTS_ONLY_DEEPSPEED = "0.16.0"
-#: The Trainer allowlists numpy's globals for rng_state.pth (safe_globals) from this release.
-WEIGHTS_ONLY_TRANSFORMERS = "4.47.1"
+#: The Trainer allowlists numpy's globals for rng_state.pth (safe_globals, trainer.py@v4.47.0).
+WEIGHTS_ONLY_TRANSFORMERS = "4.47.0"
 _WRITER_ENGINES = ("fast_checkpoint_engine.py", "decoupled_checkpoint_engine.py")
 
 
