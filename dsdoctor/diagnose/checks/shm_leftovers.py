@@ -31,8 +31,8 @@ def shm_filled_by_leftovers(ctx: Context, rule: Any) -> Iterator[Finding]:
     yield finding(
         f"{said}. DeepSpeed's shared-memory allreduce (CPU accelerator) creates one 66 MiB buffer "
         "per rank and no DeepSpeed release to 0.19.8 removes it (shm.cpp's shared_close is never "
-        "called): these are left by earlier runs, finished or killed. The next run's buffers (and DataLoader workers, NCCL) need that "
-        "room.",
+        "called): these are left by earlier runs, finished or killed. The next run's buffers "
+        "(and DataLoader workers, NCCL) need that room.",
         fix="When no DeepSpeed job runs on this node, remove the leftovers: rm /dev/shm/deepspeed_* "
             "(in a container, a larger --shm-size gives more room too).")
 
