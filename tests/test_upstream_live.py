@@ -14,6 +14,21 @@ def test_fp16_max_is_65504_and_bf16_has_fp32_range() -> None:
     assert torch.finfo(torch.bfloat16).max > 3e38 and torch.finfo(torch.float32).max < 3.5e38
 
 
+def test_bf16_keeps_fewer_mantissa_bits_than_fp16() -> None:
+    # 8 significant bits in bf16 against 11 in fp16: a sum in bf16 rounds away what fp16 keeps
+    assert torch.finfo(torch.bfloat16).eps == 2.0 ** -7
+    assert torch.finfo(torch.float16).eps == 2.0 ** -10
+    one, small = torch.tensor(1.0), torch.tensor(1e-3)
+    assert (one.bfloat16() + small.bfloat16()).item() == 1.0
+    assert (one.half() + small.half()).item() > 1.0
+
+
+def test_yaml_keeps_the_last_of_two_duplicate_keys() -> None:
+    # Accelerate reads its config file with yaml.safe_load (config_args.py); no error, no warning
+    yaml = pytest.importorskip("yaml")
+    assert yaml.safe_load("zero_stage: 2\nzero_stage: 3\n") == {"zero_stage": 3}
+
+
 def test_optimizer_and_scheduler_params_typo_is_a_type_error() -> None:
     """DeepSpeed builds the optimizer and the scheduler with the config's params as keywords
     (engine.py: ``torch.optim.AdamW(model_parameters, **optimizer_parameters)``,
@@ -25,6 +40,13 @@ def test_optimizer_and_scheduler_params_typo_is_a_type_error() -> None:
     opt = torch.optim.AdamW(params, lr=2e-5)
     with pytest.raises(TypeError, match="unexpected keyword argument 'warmup_num_step'"):
         lr_schedules.WarmupLR(opt, **{"warmup_num_step": 100})
+
+
+def test_zero_config_refuses_an_unknown_key() -> None:
+    zero_config = pytest.importorskip("deepspeed.runtime.zero.config")
+    from pydantic import ValidationError  # noqa: PLC0415
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        zero_config.DeepSpeedZeroConfig(**{"stage": 2, "overlap_com": True})
 
 
 def test_number_strings_deepspeed_converts_and_refuses() -> None:

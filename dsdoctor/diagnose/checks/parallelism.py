@@ -131,9 +131,9 @@ def vllm_weight_sync_failed(ctx: Context, rule: Any) -> Iterator[Finding]:
         f"broadcasts each parameter over a separate NCCL group it built with the vLLM workers, "
         f"and the workers' side of that broadcast failed (the NCCL WARN lines before it name the "
         f"transport)." + (f" {notes[0]}." if notes else ""),
-        fix="set NCCL_CUMEM_ENABLE=0 in the trainer's environment as vLLM sets it in its own "
-            "workers (two NCCL groups on one GPU must agree); use the vLLM version your RL "
-            "framework pins (OpenRLHF asks for 0.9.5 with vLLM 0.16+); with DeepSpeed 0.17.3+ "
+        fix="set NCCL_CUMEM_ENABLE=0 in the trainer's environment where the vLLM release sets it "
+            "in its own workers (older releases do; SkyRL#143 matched it); use the vLLM version "
+            "your RL framework pins (OpenRLHF asks for 0.9.5 with vLLM 0.16+); with DeepSpeed 0.17.3+ "
             "initialise torch.distributed yourself without device_id before deepspeed.initialize",
         evidence=(f.evidence,))
 

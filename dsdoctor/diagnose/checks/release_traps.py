@@ -123,11 +123,12 @@ def _script_enters_accumulate(ctx: Context) -> bool:
 
 
 def no_sync_preflight(ctx: Context, rule: Any) -> Iterator[Finding]:
-    """Before launch: ZeRO-2/3 with accumulation on releases that enter engine.no_sync()."""
+    """Before launch: ZeRO-2/3 on releases that enter engine.no_sync(): with accumulation, or on
+    the Trainer of transformers 4.46.2 with or without it."""
     if _exception_lines(ctx, NO_SYNC):
         return  # DS126 explains the failure the log shows
     stage, accum = ctx.run.value("zero_stage"), ctx.run.value("grad_accum")
-    if not isinstance(stage, int) or stage < 2 or not isinstance(accum, int) or accum <= 1:
+    if not isinstance(stage, int) or stage < 2:
         return
     deepspeed = _version(ctx, "deepspeed")
     if deepspeed is None or _older(deepspeed, NO_SYNC_DEEPSPEED):
@@ -136,7 +137,14 @@ def no_sync_preflight(ctx: Context, rule: Any) -> Iterator[Finding]:
     if _older(accelerate, NO_SYNC_ACCELERATE) is not True:
         return  # Accelerate >= 1.9 skips it, whoever calls accelerator.no_sync
     transformers = _version(ctx, "transformers")
-    if ctx.run.value("uses_trainer") is True:
+    trainer = ctx.run.value("uses_trainer") is True
+    # 4.46.2 inverted the Trainer's condition: it enters no_sync on the last micro-batch of
+    # every step, so accumulation 1 does not avoid it (trainer.py:2475-2479@v4.46.2).
+    inverted = trainer and transformers == NO_SYNC_INVERTED_TRANSFORMERS
+    accumulates = isinstance(accum, int) and accum > 1
+    if not (accumulates or inverted):
+        return
+    if trainer:
         if _older(transformers, NO_SYNC_TRANSFORMERS) is not True:
             return
         caller = "trainer"
@@ -146,11 +154,16 @@ def no_sync_preflight(ctx: Context, rule: Any) -> Iterator[Finding]:
         who = "the script's accelerator.accumulate()/no_sync()"
     else:
         return
+    where = ("at the last micro-batch of its first step (transformers 4.46.2 enters no_sync "
+             "there, with or without accumulation)" if inverted else
+             "at its first accumulating micro-batch")
+    accum_said = f"gradient_accumulation_steps {accum}" if isinstance(accum, int) else (
+        "gradient_accumulation_steps not set")
     yield finding(
-        f"This run will stop at its first accumulating micro-batch: ZeRO stage {stage} with "
-        f"gradient_accumulation_steps {accum} on deepspeed {deepspeed}, where engine.no_sync() "
-        f"asserts at ZeRO-2/3, and {who} enters it through accelerate {accelerate}'s no_sync "
-        f"(before {NO_SYNC_ACCELERATE} it forwards to the engine).",
+        f"This run will stop {where}: ZeRO stage {stage} with {accum_said} on deepspeed "
+        f"{deepspeed}, where engine.no_sync() asserts at ZeRO-2/3, and {who} enters it through "
+        f"accelerate {accelerate}'s no_sync (before {NO_SYNC_ACCELERATE} it forwards to the "
+        "engine in a distributed run).",
         fix=_no_sync_fix(caller, transformers) + "; or ZeRO stage 1",
         path="zero_optimization.stage" if ctx.cfg_has("zero_optimization.stage") else None)
 
@@ -160,8 +173,8 @@ def no_sync_preflight(ctx: Context, rule: Any) -> Iterator[Finding]:
 WEIGHTS_ONLY = "Weights only load failed"
 #: DeepSpeed's TorchCheckpointEngine.load passes weights_only=False from this release.
 WEIGHTS_ONLY_DEEPSPEED = "0.16.0"
-#: The Trainer allowlists numpy's globals for rng_state.pth (safe_globals) from this release.
-WEIGHTS_ONLY_TRANSFORMERS = "4.47.1"
+#: The Trainer allowlists numpy's globals for rng_state.pth (safe_globals, trainer.py@v4.47.0).
+WEIGHTS_ONLY_TRANSFORMERS = "4.47.0"
 _WRITER_ENGINES = ("fast_checkpoint_engine.py", "decoupled_checkpoint_engine.py")
 
 

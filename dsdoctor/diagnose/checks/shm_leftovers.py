@@ -1,9 +1,10 @@
 """DS247: DeepSpeed's leftover shared-memory buffers fill /dev/shm.
 
 On the CPU accelerator DeepSpeed's allreduce goes through shared memory: each rank creates a
-66 MiB buffer ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>`` and unlinks it
-only when it closes normally (csrc/cpu/comm/shm.cpp). A killed or crashed rank leaves it; run
-after run they fill /dev/shm, and then the next run's buffers, DataLoader workers and NCCL's
+66 MiB buffer ``/dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank>``. Nothing unlinks
+it: csrc/cpu/comm/shm.cpp defines shared_close (munmap + shm_unlink) and no release from 0.14.4 to
+0.19.8 calls it, so every run leaves its buffers, finished or killed; run after run they fill
+/dev/shm, and then the next run's buffers, DataLoader workers and NCCL's
 shared memory find no room. The env snapshot's ``shm`` section (``dsdoctor env`` on the node)
 counts them.
 """
@@ -29,9 +30,9 @@ def shm_filled_by_leftovers(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     yield finding(
         f"{said}. DeepSpeed's shared-memory allreduce (CPU accelerator) creates one 66 MiB buffer "
-        "per rank and removes it only when the rank closes normally: these are left by ranks that "
-        "were killed or crashed. The next run's buffers (and DataLoader workers, NCCL) need that "
-        "room.",
+        "per rank and no DeepSpeed release to 0.19.8 removes it (shm.cpp's shared_close is never "
+        "called): these are left by earlier runs, finished or killed. The next run's buffers "
+        "(and DataLoader workers, NCCL) need that room.",
         fix="When no DeepSpeed job runs on this node, remove the leftovers: rm /dev/shm/deepspeed_* "
             "(in a container, a larger --shm-size gives more room too).")
 

@@ -60,7 +60,7 @@ def zero3_buckets_vs_hidden(ctx: Context, rule: Any) -> Iterator[Finding]:
         new: Any = "auto" if trainer else want
         yield finding(
             f"{path} is {fmt_number(v)}, {ratio:.3g}x the {_formula_text(key)} = {want:,} that "
-            f"the Transformers guide (and the Trainer's \"auto\") derive from this model's "
+            f"the Trainer's and Accelerate's \"auto\" fill derives from this model's "
             f"hidden_size {h} ({model_path}): "
             + ("buckets this much larger hold GPU memory for no gain" if ratio > 1 else
                "buckets this much smaller split communication into many small messages")
