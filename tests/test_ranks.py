@@ -63,6 +63,26 @@ def test_a_rank_that_heard_of_another_ranks_timeout_did_not_time_out_itself() ->
     assert table.culprit is None  # same counts: neither stands out
 
 
+def test_watchdog_lines_cut_at_120_columns_still_say_which_ranks_timed_out() -> None:
+    # LLAMAFACTORY_6269's watchdog lines as a terminal 120 columns wide cuts them: the counts are
+    # gone, the timeout of each rank is not.
+    cut = "".join(line[:120] + "\n" for line in LLAMAFACTORY_6269.splitlines())
+    assert "Timeout at NCCL work: 7753, last enqueued NCC\n" in cut
+    table = _table(cut)
+    assert {r.rank: r.state for r in table.ranks} == {0: "timed-out", 2: "timed-out", 6: "timed-out"}
+    assert table.culprit is None
+
+
+def test_a_cut_dump_signal_line_does_not_say_its_rank_timed_out() -> None:
+    # OPENRLHF_1126's first line cut at 120 columns: "from rank 6" is gone, so whose timeout it
+    # was is unknown; rank 7's own watchdog line still says it timed out.
+    first, *rest = OPENRLHF_1126.splitlines()
+    table = _table(first[:120] + "\n" + "\n".join(rest) + "\n")
+    by_rank = {r.rank: r for r in table.ranks}
+    assert by_rank[7].state == "timed-out"
+    assert by_rank[2].state != "timed-out"
+
+
 def test_ds107_advises_a_longer_timeout_only_when_every_rank_waits_in_the_same_collective(
         tmp_path: Path) -> None:
     log = tmp_path / "culprit-same.log"

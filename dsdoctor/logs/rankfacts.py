@@ -47,7 +47,11 @@ LOST_PEER = re.compile(r"closed by peer|Connection reset by peer|remote worker c
 #: Hang patterns that say this rank's own collective timed out (not that a peer was lost).
 TIMEOUT_PATTERNS = frozenset({
     "nccl-watchdog-timeout", "nccl-watchdog-exception", "nccl-pg-status", "nccl-dump-signal",
-    "gloo-timeout", "gloo-monitored-barrier", "dist-backend-error", "nccl-heartbeat-monitor"})
+    "gloo-timeout", "gloo-monitored-barrier", "dist-backend-error", "nccl-heartbeat-monitor",
+    "nccl-watchdog-line-cut"})
+#: A cut watchdog line that began the dump-signal message: it may be another rank's timeout
+#: signalled to this one ("... from rank N"), so it does not say that this rank timed out.
+CUT_DUMP_SIGNAL = "Received a d"
 #: Watchdog values kept per rank (the last line that states each wins).
 WATCHDOG_FIELDS = ("op", "seq", "timeout_ms", "last_enqueued", "last_completed", "pg")
 
@@ -192,7 +196,8 @@ class RankCollector:
                     st.watchdog[name] = values[name]
             if LOST_PEER.search(text):
                 st.lost_peer = st.lost_peer or here
-            elif "from_rank" in values:
+            elif "from_rank" in values or (pattern_id == "nccl-watchdog-line-cut"
+                                           and CUT_DUMP_SIGNAL in text):
                 pass  # another rank's timeout signalled to this one: its counts, not its timeout
             elif pattern_id in TIMEOUT_PATTERNS and st.timed_out is None:
                 st.timed_out = here  # the first: when this rank's wait ran out
