@@ -408,8 +408,11 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
     reasons = _texts(s.values.get("reason"))
     job = (_texts(s.values.get("job_id")) or ["?"])[0]
     at = next(iter(_texts(s.values.get("at"))), None)
-    reason = reasons[0] if reasons else "TIME LIMIT"
-    msg = (f"SLURM cancelled job {job}" + (f" at {at}" if at else "") + f" due to {reason.lower()}"
+    # submitit's handler says "this job is preempted" (its own word) for SLURM's preemption signal
+    reason = ("PREEMPTION" if reasons and reasons[0] == "preempted"
+              else reasons[0] if reasons else "TIME LIMIT")
+    msg = ((f"SLURM cancelled job {job}" if job != "?" else "SLURM ended the job")
+           + (f" at {at}" if at else "") + f" due to {reason.lower()}"
            f" (line {s.first.line}): the training did not fail, the scheduler stopped it.")
     saves = _fact_paths(ctx, "checkpoint-save")
     if saves:
