@@ -74,7 +74,8 @@ SCHEDULER_CANCEL_PATTERNS = frozenset({"slurm-cancelled"})
 #: host ran out of memory the fate is "killed", not an OOM (issue 19).
 SIGKILL_ONLY_PATTERNS = frozenset({
     "ds-launcher-sigkill", "elastic-failed-sigkill", "elastic-report-sigkill", "shell-killed",
-    "mpirun-rank-sigkill", "subprocess-killed-sigkill"})
+    "mpirun-rank-sigkill", "subprocess-killed-sigkill", "k8s-exit-code-137",
+    "mp-spawn-sigkill"})
 
 #: The finding that the run's CPU offload needs more RAM than the node has (DS203): with it, a
 #: SIGKILL has the OOM evidence a bare -9 lacks.

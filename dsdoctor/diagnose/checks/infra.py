@@ -408,15 +408,24 @@ def job_time_limit(ctx: Context, rule: Any) -> Iterator[Finding]:
     reasons = _texts(s.values.get("reason"))
     job = (_texts(s.values.get("job_id")) or ["?"])[0]
     at = next(iter(_texts(s.values.get("at"))), None)
-    reason = reasons[0] if reasons else "TIME LIMIT"
-    msg = (f"SLURM cancelled job {job}" + (f" at {at}" if at else "") + f" due to {reason.lower()}"
-           f" (line {s.first.line}): the training did not fail, the scheduler stopped it.")
+    # submitit's handler says "this job is preempted" (its own word) for SLURM's preemption signal
+    reason = ("PREEMPTION" if (reasons and reasons[0] == "preempted")
+              or s.patterns.get("cloud-termination-imminent")
+              else reasons[0] if reasons else "TIME LIMIT")
+    spot = bool(s.patterns.get("cloud-termination-imminent")) and job == "?"
+    who = ("The cloud preempted the spot VM" if spot
+           else (f"SLURM cancelled job {job}" if job != "?" else "SLURM ended the job")
+           + (f" at {at}" if at else "") + f" due to {reason.lower()}")
+    msg = f"{who} (line {s.first.line}): the training did not fail, the scheduler stopped it."
     saves = _fact_paths(ctx, "checkpoint-save")
     if saves:
         msg += f" The last checkpoint in the log is {saves[-1][0]} (line {saves[-1][1].line})."
     else:
         msg += " The log shows no checkpoint save: progress since the start may be lost."
-    if reason == "PREEMPTION":
+    if spot:
+        fix = ("resume from the last checkpoint on a new VM and save often (GCP's preemption notice is "
+               "up to 30 s), or run on on-demand VMs")
+    elif reason == "PREEMPTION":
         fix = ("submit with --requeue and resume from the last checkpoint on restart "
                "(--resume_from_checkpoint / engine.load_checkpoint)")
     else:
