@@ -69,12 +69,41 @@ def test_preflight_headline_counts_its_errors_and_json_says_error(alone, capsys)
     ("accelerate.yaml", "compute_environment: LOCAL_MACHINE\ndistributed_type: DEEPSPEED\n"
      "num_processes: 2\n", "an Accelerate config"),
 ])
-def test_a_config_given_as_a_log_is_named(alone, capsys, name, text, kind) -> None:
+@pytest.mark.parametrize("command", [["analyze"], ["report"], ["watch", "--plain"]])
+def test_a_config_given_as_a_log_is_named(alone, capsys, name, text, kind, command) -> None:
+    # report and watch take the same LOGs: one line, exit 2, no issue body / no following
     (alone / name).write_text(text)
-    assert main(["analyze", name]) == 2
+    assert main([command[0], name, *command[1:]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert f"{name}: this is {kind}, not a log; pass it with --config {name}" in err
+    assert not list(alone.glob("*.md")) and not (alone / ".github").exists()
+
+
+# Log lines on real formats: DeepSpeed's loss scaler (deepspeedai/DeepSpeed#931) and a traceback.
+LOG_TEXT = ("[2023-04-28 06:51:30,648] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] "
+            "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768\n"
+            "Traceback (most recent call last):\n"
+            '  File "/home/alice/proj/train.py", line 89, in <module>\n')
+
+
+@pytest.mark.parametrize("command", [["analyze", "other.log"], ["report", "other.log"],
+                                     ["watch", "other.log", "--plain"]])
+@pytest.mark.parametrize("name", ["train.log", "train.yaml"])
+def test_a_log_given_as_config_is_named(alone, capsys, command, name) -> None:
+    (alone / name).write_text(LOG_TEXT)
+    (alone / "other.log").write_text("step 1\n")
+    assert main([*command, "--config", name]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{name}: this is a log, not a config; pass it as a LOG (without --config)" in err
+
+
+def test_a_yaml_config_with_log_like_comments_is_still_a_config(alone, capsys) -> None:
+    (alone / "accelerate.yaml").write_text("# written 2024-04-10\ncompute_environment: LOCAL_MACHINE\n"
+                                           "distributed_type: DEEPSPEED\nnum_processes: 2\n")
+    assert main(["analyze", "--config", "accelerate.yaml"]) in (0, 1)
+    assert "this is a log" not in capsys.readouterr().err
 
 
 def test_a_json_log_is_still_a_log(alone, capsys) -> None:

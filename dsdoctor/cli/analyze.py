@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from dsdoctor.cli.misplaced import refuse_configs_as_logs
+from dsdoctor.cli.misplaced import refuse_misplaced
 from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.diagnose.pipeline import analyze
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             and not args.trace:
         raise UsageError("nothing to analyze: pass a log file (or - for stdin), or --config "
                          "for a pre-flight check")
-    refuse_configs_as_logs(args.logs)
+    refuse_misplaced(args.logs, args.config or [])
     if args.logs.count("-") > 1:
         # standard input is one stream: read once, where it is first named (cat - - reads it
         # once too: the second '-' finds it at its end)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dsdoctor.cli.misplaced import refuse_misplaced
 from dsdoctor.cli.options import add_input_options, add_jobs_option, inputs_from
 from dsdoctor.cli.progress import add_quiet_option, progress_bar
 from dsdoctor.errors import UsageError
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if not (args.logs or args.config or args.env):
         raise UsageError("report: give a LOG, or --config FILE (a config question), or --env FILE "
                          "(a version question); see 'dsdoctor report --help'")
+    # a config given as a LOG (or a log as --config) would read as a run without an error line
+    refuse_misplaced(args.logs, args.config or [])
     # The body exists to be posted publicly: user names, home paths, host names and IPs become
     # placeholders unless the user keeps them (--keep-paths / --keep-hosts).
     red = Redactor(paths=not args.keep_paths, hosts=not args.keep_hosts, this_machine=True)

@@ -9,6 +9,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dsdoctor.cli.misplaced import refuse_misplaced
 from dsdoctor.cli.options import add_input_options, inputs_from
 from dsdoctor.errors import UsageError
 from dsdoctor.logs.reader import open_log
@@ -120,6 +121,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check_inputs(args: argparse.Namespace, logs: list[str]) -> None:
     """Bad input is one line and exit 2, before anything is launched."""
+    refuse_misplaced(list(logs), args.config or [])
     for path in logs:
         log = open_log(path, wait_for_writer=False)  # a FIFO is refused below: no wait
         log.close()

@@ -313,8 +313,9 @@ class Scanner:
             else:
                 seg = normalize(bytes(buf[seg_start:seg_end]))
                 last_seg = (seg_start, seg_end, seg)
-            if pat.join_next:
-                values = pat.match_lines(seg.text, _next_lines(buf, line_end, pat.join_next, have))
+            wanted = pat.lines_wanted(seg.text) if pat.join_next or pat.join_continued else 0
+            if wanted:
+                values = pat.match_lines(seg.text, _next_lines(buf, line_end, wanted, have))
             else:
                 values = pat.match(seg.text)  # what match_lines does without lines to join
             if values is None:

@@ -20,6 +20,9 @@ FIELD_TYPES = ("int", "float", "str", "bytes", "bool")
 # Constructs that can match a line break: forbidden in prefilters (see _build).
 _LINE_CROSSING = re.compile(r"\\[sSWDn r]|(?<!\\)\.|\[\^")
 MAX_JOIN_NEXT = 8
+#: Most ``\\``-continued lines a shell command pasted into a log is joined over (a launch
+#: command's options one per line: real pastes reach about 40).
+MAX_JOIN_CONTINUED = 64
 
 
 
@@ -80,6 +83,7 @@ class Pattern:
     source: str  # the precise regex, compiled on first use (most patterns never see a candidate)
     caseless: bool = False
     join_next: int = 0
+    join_continued: int = 0  # a line ending in "\\": joined with up to N continuation lines
     strength: int = 1
     fields: dict[str, str] = field(default_factory=dict)
     samples: tuple[dict[str, Any], ...] = ()
@@ -138,8 +142,17 @@ class Pattern:
                 out[name] = val
         return out
 
+    def lines_wanted(self, first: str) -> int:
+        """How many lines after ``first`` :meth:`match_lines` may read."""
+        if self.join_continued and ends_continued(first):
+            return self.join_continued
+        return self.join_next
+
     def match_lines(self, first: str, following: list[str]) -> dict[str, Any] | None:
-        """Match one segment, or (``join_next``) the segment joined with the lines after it."""
+        """Match one segment, or (``join_next``) the segment joined with the lines after it, or
+        (``join_continued``) a shell command continued with ``\\`` joined as the shell joins it."""
+        if self.join_continued and ends_continued(first):
+            return self.match(join_continued(first, following, self.join_continued))
         got = self.match(first)
         if got is not None or not self.join_next or not following:
             return got
@@ -150,6 +163,30 @@ class Pattern:
             if got is not None:
                 return got
         return None
+
+
+def ends_continued(text: str) -> bool:
+    """A shell line continued on the next one: it ends in one backslash (trailing blanks, which
+    pastes add, ignored; ``\\\\`` is an escaped backslash, not a continuation)."""
+    line = text.rstrip()
+    return line.endswith("\\") and not line.endswith("\\\\")
+
+
+def join_continued(first: str, following: list[str], limit: int) -> str:
+    """``first`` and its continuation lines joined with one space each, as the shell joins them:
+    up to ``limit`` lines, ending after the first line that does not end in ``\\``. A blank line
+    (or the end of the paste) ends it too: the paste cut the command there."""
+    parts = [first.rstrip()[:-1].rstrip()]
+    for nxt in following[:limit]:
+        piece = nxt.strip()
+        if not piece:
+            break
+        if ends_continued(piece):
+            parts.append(piece[:-1].rstrip())
+            continue
+        parts.append(piece)
+        break
+    return " ".join(p for p in parts if p)
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([KMGTP]?i?B|bytes?)?\s*$", re.I)
@@ -191,7 +228,7 @@ def _check_keys(obj: dict, allowed: set[str], where: str) -> None:
 def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Pattern:
     _check_keys(
         spec,
-        {"id", "emits", "prefilter", "caseless", "regex", "join_next", "strength", "fields",
+        {"id", "emits", "prefilter", "caseless", "regex", "join_next", "join_continued", "strength", "fields",
          "samples", "negatives", "description", "source", "notes"},
         where,
     )
@@ -220,6 +257,9 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
     join_next = int(spec.get("join_next", 0))
     if not 0 <= join_next <= MAX_JOIN_NEXT:
         raise FormatError(f"{where}: join_next must be 0..{MAX_JOIN_NEXT}")
+    join_cont = int(spec.get("join_continued", 0))
+    if not 0 <= join_cont <= MAX_JOIN_CONTINUED:
+        raise FormatError(f"{where}: join_continued must be 0..{MAX_JOIN_CONTINUED}")
     samples = []
     for s in spec.get("samples") or ():
         if isinstance(s, str):
@@ -237,6 +277,7 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
         source=spec["regex"],
         caseless=caseless,
         join_next=join_next,
+        join_continued=join_cont,
         strength=int(spec.get("strength", 1)),
         fields=fields,
         samples=tuple(samples),
