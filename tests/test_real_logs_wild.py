@@ -80,6 +80,18 @@ RETRY_MISSES: dict[str, str] = {
         "maintainer's word that it was memory is in the thread, not the log (unknown)",
     "cpu-oom__lte22-train-config-loaded-then-killed.log":
         "a bare `Killed`, as above: the memory limit is the maintainer's word (unknown)",
+    "port-in-use__pt85604-torchrun-standalone-w-socket-errno-98-e-listen-traceback-cut.log":
+        "port in use, as dlrover443: a retry on the same port fails while its holder lives",
+    "port-in-use__llamarecipes186-torchrun-omp-banner-bind-29500-errno-98-traceback-start.log":
+        "port in use, as dlrover443",
+    "cpu-oom__videollava13-loading-shards-0-of-2-bar-glued-killed.log":
+        "a bare `Killed`, as chatlearner76 (unknown)",
+    "cuda-error__ds4945-dschat-step3-zero3-e2e-latency-then-illegal-memory-access-elided.log":
+        "the label says an illegal memory access recurs (no); three other labels (verl246, "
+        "unsloth2886, pytorch91653) say unknown, as DS115 does: a kernel's bug or a failing GPU",
+    "stopped__verl1860-grpo-absl-sigterm-received-at-time-pc-futexwaiter-frames.log":
+        "a run stopped by SIGTERM carries on from a resume (yes, as collectors a-c labelled "
+        "stopped runs); this label says unknown",
 }
 RETRIABLE = ("yes", "no", "unknown")
 

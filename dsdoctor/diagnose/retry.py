@@ -60,9 +60,9 @@ BY_CAUSE: dict[str, Retry] = {
 #: Lines that answer for a cause no rule explains (an unrecognized failure, a bare exit): a code
 #: error recurs, a lost connection need not.
 CAUSE_CASES: tuple[dict[str, str], ...] = (
-    {"text": r"\b(?:AttributeError|TypeError|NameError|KeyError|IndexError|ImportError|"
-             r"ModuleNotFoundError|SyntaxError|AssertionError|NotImplementedError|ValueError|"
-             r"FileNotFoundError)\b|Assertion failed",
+    {"text": r"\b(?:AttributeError|TypeError|(?:UnboundLocal|Name)Error|KeyError|IndexError|"
+             r"ImportError|ModuleNotFoundError|SyntaxError|AssertionError|NotImplementedError|"
+             r"ValueError|FileNotFoundError|ZeroDivisionError)\b|Assertion failed",
      "value": NO, "reason": "the rank died on an error of the code or its inputs (a bug): it "
                             "recurs on a retry"},
     {"text": r"Connection(?:Reset|Refused)?Error|Connection (?:reset|refused|closed)|"
