@@ -211,3 +211,15 @@ def test_generated_scripts_give_consistent_lines(lines) -> None:
         assert "generate" in text[g.site.line - 1]
     for m in f.merges:
         assert "merge_and_unload" in text[m.line - 1]
+
+
+def test_initialize_passing_an_mpu_is_recorded() -> None:
+    """DS309 divides by autotp_size only when ``mpu=`` reaches deepspeed.initialize; ``mpu=None``
+    and no mpu are the config-only AutoTP case (every rank counted)."""
+    src = ("import deepspeed\n"
+           "a = deepspeed.initialize(model=m, config=c)\n"
+           "b = deepspeed.initialize(model=m, config=c, mpu=None)\n"
+           "e, *_ = deepspeed.initialize(model=m, config=c, mpu=groups)\n")
+    facts = check_source(src, "train.py")
+    assert [s.line for s in facts.ds_initialize] == [2, 3, 4]
+    assert [s.line for s in facts.ds_initialize_mpu] == [4]

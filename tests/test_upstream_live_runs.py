@@ -277,3 +277,68 @@ def test_trainer_evaluate_without_training_refuses_zero2(ds_python: str, tmp_pat
     result = _run_one_rank(ds_python, tmp_path, TRAINER_EVAL_WORKER, "2")
     assert result == {"error": "ValueError", "message":
                       "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config"}
+
+
+# --- DS309: the batch check under AutoTP set in the config alone ---------------------------------
+
+AUTOTP_BATCH_WORKER = r'''
+import json, os, sys
+import torch
+import deepspeed
+from transformers import LlamaConfig, LlamaForCausalLM
+
+deepspeed.init_distributed(dist_backend="gloo")
+outcome = {}
+for train_batch_size in (int(v) for v in sys.argv[-1].split(",")):  # the launcher adds --local_rank
+    config = {"train_batch_size": train_batch_size, "train_micro_batch_size_per_gpu": 1,
+              "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 0},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+              "tensor_parallel": {"autotp_size": 2}}
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=32))
+    try:  # no mpu: AutoTP comes from the config alone, as under the Trainer and Accelerate
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=config)
+    except AssertionError as exc:  # the claim is about which assertion, so keep its text
+        outcome[train_batch_size] = {"refused": str(exc)}
+        continue
+    ids = torch.randint(0, 64, (1, 8))
+    engine.backward(engine(input_ids=ids, labels=ids).loss)
+    engine.step()
+    outcome[train_batch_size] = {
+        "train_batch_size": engine.train_batch_size(), "dp_world_size": engine.dp_world_size,
+        "q_proj_rows": engine.module.model.layers[0].self_attn.q_proj.weight.shape[0]}
+# a file per rank: the two ranks' stdout lines interleave in the launcher's output
+with open(f"result{os.environ['RANK']}.json", "w") as f:
+    json.dump(outcome, f)
+'''
+
+
+def test_autotp_from_config_alone_counts_every_rank_in_the_batch_check(
+        ds_python: str, tmp_path: Path) -> None:
+    """Two ranks, ``tensor_parallel.autotp_size`` 2 in the config, no mpu: DeepSpeed's batch
+    check counts both ranks (world_size 2) although they form one data-parallel replica, so
+    train_batch_size 1 (micro x accumulation x ranks / TP) is refused and 2 is accepted and
+    trains, with the layers really split over the two ranks."""
+    script = tmp_path / "autotp_batch.py"
+    script.write_text(AUTOTP_BATCH_WORKER)
+    port = _free_port()
+    try:
+        proc = subprocess.run(
+            [*_launcher(ds_python), "--num_gpus=2", f"--master_port={port}", str(script), "1,2"],
+            capture_output=True, text=True, timeout=300, env=_child_env(port, one_rank=False),
+            cwd=tmp_path)
+    finally:
+        _remove_shm_buffers(port)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    results = sorted(tmp_path.glob("result*.json"))
+    assert [f.name for f in results] == ["result0.json", "result1.json"], out[-3000:]
+    for outcome in (json.loads(f.read_text()) for f in results):
+        assert outcome["1"] == {"refused": "Check batch related parameters. train_batch_size is not "
+                                "equal to micro_batch_per_gpu * gradient_acc_step * world_size "
+                                "1 != 1 * 1 * 2"}
+        # accepted: the engine's own data-parallel size is 1, the layer holds half the 32 rows
+        assert outcome["2"] == {"train_batch_size": 2, "dp_world_size": 1, "q_proj_rows": 16}

@@ -92,6 +92,9 @@ class ScriptFacts:
     trainers: tuple[Site, ...] = ()
     accelerators: tuple[Site, ...] = ()
     ds_initialize: tuple[Site, ...] = ()
+    # deepspeed.initialize calls passing ``mpu=`` (not None): DeepSpeed's batch check then counts
+    # the mpu's data-parallel ranks; without one, AutoTP from the config counts every rank (DS309)
+    ds_initialize_mpu: tuple[Site, ...] = ()
     merges: tuple[Site, ...] = ()
     dtypes: tuple[DtypeUse, ...] = ()
     imports: tuple[str, ...] = ()  # top-level package names imported
@@ -221,7 +224,8 @@ def _facts(path: str, v: _Visitor) -> ScriptFacts:
         from_pretrained=tuple(v.from_pretrained), training_args=tuple(v.training_args),
         from_pretrained_splat=tuple(v.from_pretrained_splat),
         trainers=tuple(v.trainers), accelerators=tuple(v.accelerators),
-        ds_initialize=tuple(v.ds_init), merges=tuple(v.merges), dtypes=tuple(v.dtypes),
+        ds_initialize=tuple(v.ds_init), ds_initialize_mpu=tuple(v.ds_init_mpu),
+        merges=tuple(v.merges), dtypes=tuple(v.dtypes),
         imports=tuple(sorted(v.imports)), uses_peft=v.uses_peft or "peft" in v.imports,
         training_arg_values=tuple(v.training_arg_values), quant_4bit=tuple(v.quant_4bit),
         loop_calls=v.loops.result(path))
@@ -292,6 +296,7 @@ class _Visitor(ast.NodeVisitor):
         self.trainers: list[Site] = []
         self.accelerators: list[Site] = []
         self.ds_init: list[Site] = []
+        self.ds_init_mpu: list[Site] = []
         self.merges: list[Site] = []
         self._gathered = 0  # depth of `with ...GatheredParameters(...)` blocks around the node
         self.dtypes: list[DtypeUse] = []
@@ -476,6 +481,9 @@ class _Visitor(ast.NodeVisitor):
             self.accelerators.append(self._site(node))
         elif callee == "deepspeed.initialize" or callee.endswith("deepspeed.initialize"):
             self.ds_init.append(self._site(node))
+            mpu = kw.get("mpu")
+            if mpu is not None and not (isinstance(mpu, ast.Constant) and mpu.value is None):
+                self.ds_init_mpu.append(self._site(node))
         elif last in _MERGE_METHODS and isinstance(node.func, ast.Attribute):
             if not self._gathered:
                 self.merges.append(self._site(node))

@@ -184,15 +184,32 @@ class _ModelParallel:
     degree: int  # the product of the degrees seen (1: none seen)
     unknown: str = ""  # a model-parallel setup whose degree nothing states (then degree is a floor)
     where: str = ""
+    # AutoTP set in the config with no mpu passed: DeepSpeed's check counts every rank (why, shown)
+    autotp_every_rank: str = ""
+
+
+def _passes_mpu(ctx: Context) -> bool:
+    """A script passes ``mpu=`` to ``deepspeed.initialize``: DeepSpeedConfig then takes its
+    world_size from the mpu's data-parallel size (runtime/config.py, ``if mpu is not None``)."""
+    return any(sf.ds_initialize_mpu for sf in ctx.scripts)
 
 
 def _model_parallel(ctx: Context) -> _ModelParallel:
-    degree, where, unknown = 1, [], ""
+    degree, where, unknown, autotp_every_rank = 1, [], "", ""
     for key in ("tensor_parallel.autotp_size", "sequence_parallel_size"):
         n = as_real(ctx.cfg_get(key))
-        if n is not None and n > 1 and float(n).is_integer():
-            degree *= int(n)
-            where.append(f"{key} {int(n)}")
+        if n is None or n <= 1 or not float(n).is_integer():
+            continue
+        if key == "tensor_parallel.autotp_size" and not _passes_mpu(ctx):
+            # without an mpu DeepSpeedConfig uses dist.get_world_size(): AutoTP from the config
+            # alone does not divide it (a real 2-rank run: autotp_size 2, train_batch_size 1 is
+            # refused with '1 != 1 * 1 * 2', 2 is accepted; tests/test_upstream_live_runs.py)
+            autotp_every_rank = (f"tensor_parallel.autotp_size {int(n)} is set in the config "
+                                 "and no mpu is passed to deepspeed.initialize, so DeepSpeed's "
+                                 "check counts every rank, TP ranks included")
+            continue
+        degree *= int(n)
+        where.append(f"{key} {int(n)}")
     for la in launches(ctx):
         for n in (int(x) for x in _MP_FLAG.findall(la.text)):
             if n > 1:
@@ -207,7 +224,7 @@ def _model_parallel(ctx: Context) -> _ModelParallel:
             where.append(f"PipelineModule num_stages={stages[0]} in {path}")
         else:
             unknown = f"a PipelineModule in {path}"
-    return _ModelParallel(degree, unknown, ", ".join(where))
+    return _ModelParallel(degree, unknown, ", ".join(where), autotp_every_rank)
 
 
 def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -242,6 +259,8 @@ def batch_arithmetic(ctx: Context, rule: Any) -> Iterator[Finding]:
             return  # the degrees seen do not divide the ranks: a model-parallel setup not read right
         world_source += f" / {mp.degree} ({mp.where})"
         world //= mp.degree
+    if world and mp.autotp_every_rank:
+        world_source += f"; {mp.autotp_every_rank}"
     if gas is not None:
         per_rank = mb * gas
         if world:
