@@ -1,11 +1,13 @@
 """Claims of the rules shown for real by running DeepSpeed 0.19.x, Transformers and the DeepSpeed
 launcher on the CPU (issue 20, item 4): each test starts the installed releases in a child process
-(gloo, 1-2 ranks, tiny models) and asserts what they do, so a release that changes the behaviour
-fails here instead of misleading a user. Each test is a rule's ``verified`` source.
+(gloo, 1-4 ranks, tiny models) and asserts what they do, so a release that changes the behaviour
+fails here instead of misleading a user. Each test is a rule's ``verified`` source, or the evidence
+of a finding in docs/rules-review.md for which no rule was written.
 
 Marked ``deepspeed`` like tests/test_live_deepspeed.py: they run with the Python named by
 ``--ds-python`` / ``DSDOCTOR_DS_PYTHON`` (default: this one) and are skipped with the reason where
-it cannot import torch, deepspeed and transformers. Each takes 10-40 s on 2 CPU cores. The child
+it cannot import torch, deepspeed and transformers. Each takes 10-40 s on 2 CPU cores (the 4-rank
+hpZ test about 90 s). The child
 processes never download anything (models are built from configs) and the shared-memory buffers a
 run leaves in /dev/shm are removed by its rendezvous port.
 """
@@ -342,3 +344,127 @@ def test_autotp_from_config_alone_counts_every_rank_in_the_batch_check(
                                 "1 != 1 * 1 * 2"}
         # accepted: the engine's own data-parallel size is 1, the layer holds half the 32 rows
         assert outcome["2"] == {"train_batch_size": 2, "dp_world_size": 1, "q_proj_rows": 16}
+
+
+# --- issue 20 item 6: hpZ (zero_hpz_partition_size) with optimizer and parameter offload ---------
+
+HPZ_OFFLOAD_WORKER = r'''
+import json, os, sys
+import torch
+import deepspeed
+import deepspeed.runtime.zero.partition_parameters as pp
+from transformers import GPT2Config, GPT2LMHeadModel
+
+deepspeed.init_distributed(dist_backend="gloo")
+world = torch.distributed.get_world_size()
+gathers_by_group_size = {}
+_allgather = pp._dist_allgather_fn
+
+
+def counting_allgather(input_tensor, output_tensor, group=None):
+    """Count DeepSpeed's parameter all-gathers by the size of the group they run in: hpZ
+    gathers from the secondary copy within its small group, plain ZeRO-3 over all ranks."""
+    size = torch.distributed.get_world_size(group) if group is not None else world
+    gathers_by_group_size[size] = gathers_by_group_size.get(size, 0) + 1
+    return _allgather(input_tensor, output_tensor, group=group)
+
+
+pp._dist_allgather_fn = counting_allgather
+
+
+def batches(rank):
+    g = torch.Generator().manual_seed(1000 + rank)
+    while True:
+        start = torch.randint(1, 128, (4, 1), generator=g)
+        step = torch.randint(1, 4, (4, 1), generator=g)
+        ids = (start + step * torch.arange(31)) % 127 + 1
+        yield torch.cat([torch.zeros(4, 1, dtype=torch.long), ids], dim=1)
+
+
+outcome = {}
+for mode in sys.argv[-1].split(","):  # "<hpz>:<none|opt|both>"; the launcher adds --local_rank
+    hpz, offload = mode.split(":")
+    zero = {"stage": 3, "zero_hpz_partition_size": int(hpz), "overlap_comm": False,
+            "stage3_param_persistence_threshold": 0}
+    if offload in ("opt", "both"):
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if offload == "both":
+        zero["offload_param"] = {"device": "cpu"}
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+              "steps_per_print": 1000, "bf16": {"enabled": True}, "gradient_clipping": 1.0,
+              "zero_force_ds_cpu_optimizer": False, "zero_optimization": zero}
+    deepspeed.utils.groups._ZERO_PARAM_INTRA_PARALLEL_GROUP = None  # each mode as a fresh process
+    gathers_by_group_size.clear()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=64, n_embd=64, n_layer=2,
+                                       n_head=2, bos_token_id=0, eos_token_id=0))
+    initial = {n: p.detach().clone().float() for n, p in model.named_parameters()}
+    # a client torch optimizer (allowed with offload through zero_force_ds_cpu_optimizer: false):
+    # the same stage-3 offload path as DeepSpeedCPUAdam without compiling the cpu_adam op
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    data = batches(torch.distributed.get_rank())
+    losses, norms = [], []
+    for _ in range(3):
+        ids = next(data)
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+        mean = loss.detach().float().clone()
+        torch.distributed.all_reduce(mean)
+        losses.append(mean.item() / world)
+        norms.append(float(engine.get_global_grad_norm()))
+    moved = 0.0
+    with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
+        for name, p in engine.module.named_parameters():
+            moved += (p.detach().float() - initial[name]).abs().sum().item()
+    outcome[mode] = {
+        "offload_optimizer": bool(engine.optimizer.offload_optimizer),
+        "offload_param": bool(engine.optimizer.offload_param),
+        "secondary_group_size": engine.module.transformer.wte.weight.ds_secondary_tensor_group_size,
+        "gathers_by_group_size": {str(k): v for k, v in sorted(gathers_by_group_size.items())},
+        "losses": losses, "grad_norms": norms, "param_abs_change": moved}
+with open(f"result{os.environ['RANK']}.json", "w") as f:  # a file per rank
+    json.dump(outcome, f)
+'''
+
+
+def test_hpz_with_optimizer_and_param_offload_trains_like_plain_zero3(
+        ds_python: str, tmp_path: Path) -> None:
+    """ZeRO++ hpZ (``zero_hpz_partition_size: 2``) on 4 ranks: it takes effect (the parameters'
+    secondary copies live in groups of 2 and the gathers run there), and with
+    ``offload_optimizer`` and ``offload_param`` on the CPU it trains as plain ZeRO-3 does: the
+    same losses and gradient norms, the parameters moved by the same amount. What public threads
+    report for GPUs (a loss stuck at 0.0 or a gradient norm of 0 with hpZ and offload) does not
+    happen on DeepSpeed's CPU path."""
+    script = tmp_path / "hpz_offload.py"
+    script.write_text(HPZ_OFFLOAD_WORKER)
+    port = _free_port()
+    try:
+        proc = subprocess.run(
+            [*_launcher(ds_python), "--num_gpus=4", f"--master_port={port}", str(script),
+             "1:none,2:none,2:opt,2:both"],
+            capture_output=True, text=True, timeout=600, env=_child_env(port, one_rank=False),
+            cwd=tmp_path)
+    finally:
+        _remove_shm_buffers(port)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    results = sorted(tmp_path.glob("result*.json"))
+    assert [f.name for f in results] == [f"result{r}.json" for r in range(4)], out[-3000:]
+    for runs in (json.loads(f.read_text()) for f in results):
+        plain, hpz = runs["1:none"], runs["2:none"]
+        assert plain["secondary_group_size"] == 4 and "2" not in plain["gathers_by_group_size"]
+        for mode in ("2:none", "2:opt", "2:both"):
+            assert runs[mode]["secondary_group_size"] == 2, mode
+            assert runs[mode]["gathers_by_group_size"].get("2", 0) > 0, (mode, runs[mode])
+        assert (runs["2:opt"]["offload_optimizer"], runs["2:opt"]["offload_param"]) == (True, False)
+        assert (runs["2:both"]["offload_optimizer"], runs["2:both"]["offload_param"]) == (True, True)
+        assert hpz["offload_optimizer"] is False
+        assert all(loss > 1.0 for loss in plain["losses"]) and plain["losses"][-1] < plain["losses"][0]
+        assert all(norm > 0.0 for norm in plain["grad_norms"]) and plain["param_abs_change"] > 1.0
+        for mode in ("2:none", "2:opt", "2:both"):
+            assert runs[mode]["losses"] == pytest.approx(plain["losses"], rel=1e-5), mode
+            assert runs[mode]["grad_norms"] == pytest.approx(plain["grad_norms"], rel=1e-4), mode
+            assert runs[mode]["param_abs_change"] == pytest.approx(plain["param_abs_change"],
+                                                                   rel=1e-4), mode
