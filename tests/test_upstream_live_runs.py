@@ -7,9 +7,8 @@ of a finding in docs/rules-review.md for which no rule was written.
 Marked ``deepspeed`` like tests/test_live_deepspeed.py: they run with the Python named by
 ``--ds-python`` / ``DSDOCTOR_DS_PYTHON`` (default: this one) and are skipped with the reason where
 it cannot import torch, deepspeed and transformers. Each takes 10-40 s on 2 CPU cores (the 4-rank
-hpZ test about 90 s). The child
-processes never download anything (models are built from configs) and the shared-memory buffers a
-run leaves in /dev/shm are removed by its rendezvous port.
+hpZ test about 90 s). The child processes never download anything (models are built from configs)
+and the shared-memory buffers a run leaves in /dev/shm are removed by its rendezvous port.
 """
 
 from __future__ import annotations
