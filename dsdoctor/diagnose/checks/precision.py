@@ -266,6 +266,9 @@ def loss_stuck_at_zero(ctx: Context, rule: Any) -> Iterator[Finding]:
     bf16 = bf16_model(ctx)
     if fp16 and bf16:
         notes.append(f"a bf16-pretrained model runs in fp16 ({bf16})")
+    hpz = _hpz_with_offload(ctx)
+    if hpz:
+        notes.append(hpz)
     extra = (" " + "; ".join(notes) + ".") if notes else ""
     yield finding(
         f"The loss is exactly 0 on {s.count} logged steps (first at line {s.first.line}).{extra} "
@@ -275,6 +278,24 @@ def loss_stuck_at_zero(ctx: Context, rule: Any) -> Iterator[Finding]:
         fix="Check a batch: count labels != -100; if the gradient norm is NaN, see DS103 "
             "(fp16 vs bf16, learning rate).",
         path=fp16[0][0] if (fp16 and bf16) else None, evidence=s.evidence)
+
+
+def _hpz_with_offload(ctx: Context) -> str | None:
+    """A note when ZeRO++'s hpZ runs with an offload: users report a loss stuck at 0 or a constant
+    loss with grad norm 0 there (DeepSpeed#6926, ms-swift#3697), undiagnosed upstream, and a CPU
+    run here trains normally (tests/test_upstream_live_runs.py), so it is a suspect, not a cause."""
+    size = ctx.cfg_get("zero_optimization.zero_hpz_partition_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 1:
+        return None
+    offloaded = [k for k in ("offload_optimizer", "offload_param")
+                 if str(ctx.cfg_get(f"zero_optimization.{k}.device") or "none").lower()
+                 in ("cpu", "nvme")]
+    if not offloaded:
+        return None
+    return (f"hpZ is on (zero_hpz_partition_size {size}) with {' and '.join(offloaded)}: users "
+            "report a loss stuck at 0 or grad norm 0 with this pair on multi-GPU runs "
+            "(DeepSpeed#6926, ms-swift#3697), not diagnosed upstream; a run with "
+            "zero_hpz_partition_size 1 tells whether it is the cause")
 
 
 # ---------------------------------------------------------------- DS201 bf16 model run in fp16
