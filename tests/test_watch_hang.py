@@ -331,3 +331,16 @@ def test_tui_says_py_spy_missing_at_start(tmp_path):
 
     asyncio.run(scenario())
     assert seen == ["py-spy is not installed: pip install py-spy"]
+
+
+def test_summary_leaves_out_a_stop_that_watch_itself_made() -> None:
+    """A Ctrl-C (or q) in watch stops the command with SIGINT; the log's verdict then reads
+    "STOPPED: the run received SIGINT ...; a retry carries on" (the real stopped_ctrl_c sample),
+    which is watch's own doing, not the run's fate: left out when watch stopped it."""
+    from dsdoctor.diagnose.pipeline import run_analysis
+
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "stopped_ctrl_c" / "train.log"
+    report = run_analysis(logs=(str(log),))
+    assert report.verdict is not None and report.verdict.fate == "stopped"
+    assert hang.analysis_lines(report)[0].startswith("dsdoctor watch: STOPPED: ")
+    assert hang.analysis_lines(report, stopped_by_watch=True) == []

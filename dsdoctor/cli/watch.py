@@ -229,15 +229,15 @@ def run(args: argparse.Namespace) -> int:
             pass
         # q stops the command first: its last lines (a timeout's traceback, the launcher's
         # exit) are in the log the summary's analysis reads
-        status = None
+        status, stopped = None, False
         if launched is not None:
             status = launched.poll()
             if status is None:
                 print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
                       "process group)", file=sys.stderr)
-                status = launched.stop()
+                status, stopped = launched.stop(), True
         failed = status is not None and status.returncode != 0
-        code = _summarize(app.summary_findings(failed), _final_analysis(follower))
+        code = _summarize(app.summary_findings(failed), _final_analysis(follower), stopped)
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
@@ -258,7 +258,7 @@ def _final_analysis(follower):  # noqa: ANN001, ANN202 - a Follower -> Report | 
     return PlainWatch(follower).analysis()
 
 
-def _summarize(findings: list, report=None) -> int:  # noqa: ANN001
+def _summarize(findings: list, report=None, stopped: bool = False) -> int:  # noqa: ANN001
     """After the TUI (q, Ctrl-C): the analysis's verdict and ranks (the culprit), then what it
     showed, the hang and its stacks first, stays on the terminal; the exit code is analyze's
     convention (1 on an error finding, a hang or a failed verdict)."""
@@ -267,7 +267,7 @@ def _summarize(findings: list, report=None) -> int:  # noqa: ANN001
     from dsdoctor.watch.hang import analysis_lines, exit_code, summary_lines  # noqa: PLC0415
 
     red = Redactor()
-    for line in summary_lines(findings, head=analysis_lines(report)):
+    for line in summary_lines(findings, head=analysis_lines(report, stopped)):
         print(one_line(red.text(line)), flush=True)
     code = exit_code(findings)
     if report is not None and report.verdict is not None and report.verdict.error:

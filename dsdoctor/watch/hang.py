@@ -116,17 +116,22 @@ def exit_code(findings: Sequence[Finding]) -> int:
     return 1 if any(f.severity == "error" for f in findings) else 0
 
 
-def analysis_lines(report: Report | None) -> list[str]:
+def analysis_lines(report: Report | None, stopped_by_watch: bool = False) -> list[str]:
     """``analyze``'s first lines on the logs watch read, when they say something went wrong:
     the verdict (the rank that failed or stalled first and its frame, the ranks that only
     waited) and the per-rank table. A hang that ends in a timeout, or a rank that dies first,
-    is named here even when no stall was seen (a rank that failed ends the others at once)."""
+    is named here even when no stall was seen (a rank that failed ends the others at once).
+    ``stopped_by_watch``: watch itself stopped the command (Ctrl-C, q): the log's "stopped by
+    SIGINT, a retry carries on" is then watch's own doing, not the run's fate, and is left out
+    (WATCH-HANG says what the run was doing)."""
     from dsdoctor.render.analysis import verdict_line  # noqa: PLC0415
 
     if report is None or report.verdict is None:
         return []
     culprit = report.ranks is not None and report.ranks.culprit is not None
     if not (report.verdict.error or culprit):
+        return []
+    if stopped_by_watch and report.verdict.fate == "stopped" and not culprit:
         return []
     fate, rest = verdict_line(report)
     out = [f"dsdoctor watch: {fate}: {rest}"]

@@ -215,11 +215,11 @@ class PlainWatch:
         return extra
 
     def summarize(self, findings: Sequence[Finding], report: Report | None = None,
-                  failed: bool = False) -> int:
+                  failed: bool = False, stopped: bool = False) -> int:
         """The summary on exit (the analysis's verdict and ranks, then the hang and the other
-        findings) and the exit code it carries."""
+        findings) and the exit code it carries. ``stopped``: watch stopped the command."""
         shown = watch_findings(findings, self.watch_extra(failed))
-        for line in summary_lines(shown, head=analysis_lines(report)):
+        for line in summary_lines(shown, head=analysis_lines(report, stopped)):
             self.say(one_line(self.red.text(line)))
         code = exit_code(shown)
         if report is not None and report.verdict is not None and report.verdict.error:
@@ -243,7 +243,7 @@ class PlainWatch:
         state = self.follower.snapshot()
         return max(self.worst, self.summarize(state.findings, self.analysis()))
 
-    def finish_command(self, status: ExitStatus) -> int:
+    def finish_command(self, status: ExitStatus, stopped: bool = False) -> int:
         """The command ended: read the rest of its log, then the analysis decides the exit code."""
         from dsdoctor.diagnose.pipeline import analyze  # noqa: PLC0415
 
@@ -254,7 +254,8 @@ class PlainWatch:
         self.say(f"command ended: {status.describe()} ({self.red.cut(' '.join(self.cmd), 200)})")
         report = analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths)))
         code = max(report.exit_code,
-                   self.summarize(report.findings, report, failed=status.returncode != 0))
+                   self.summarize(report.findings, report, failed=status.returncode != 0,
+                                  stopped=stopped))
         if status.returncode != 0 and code == 0:
             # a run that failed is never called clean, even when its log names no cause
             self.say(f"the command failed ({status.describe()}) and the log shows no known cause;"
@@ -300,4 +301,4 @@ class PlainWatch:
             if status is None:
                 self.summarize(self.follower.snapshot().findings)
                 return 130
-            return self.finish_command(status)
+            return self.finish_command(status, stopped=True)
