@@ -139,9 +139,13 @@ def test_zero3_generate_desync(ds_python: str, tmp_path: Path) -> None:
 def test_rank_failed_first(ds_python: str, tmp_path: Path) -> None:
     pytest.importorskip("psutil")
     w = watch_scenario(ds_python, tmp_path, rank_failed_first, gloo_timeout=60)
-    # live: the first exception event is rank 1's own error, before rank 0's lost peer
+    # live: the first exception event is rank 1's own error, named as rank 1's as it arrives,
+    # before rank 0's lost peer
     exceptions = [line for line in w.live if ": python-exception: " in line]
-    assert exceptions and "ValueError: batch 6 on rank 1" in exceptions[0], w.context
+    assert exceptions and ": python-exception: [rank 1] ValueError: batch 6 on rank 1" in \
+        exceptions[0], w.context
+    assert any(": [rank 0] " in line and "Connection closed by peer" in line
+               for line in exceptions[1:]), w.context
     # the summary: rank 1 died first at its frame; rank 0 only waited
     verdict = summary_verdict(w)
     at = line_of(rank_failed_first, "raise ValueError(")

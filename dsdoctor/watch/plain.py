@@ -138,8 +138,12 @@ class PlainWatch:
     def report(self) -> None:
         events = self.follower.take_events()
         for kind, ev, _ in events:
+            # the rank that printed it (its [rankN]: prefix, a rank field, a per-rank file): a
+            # rank that fails first is named as its line arrives, before the others' consequences
+            rank = f"[rank {ev.rank}] " if ev.rank is not None else ""
             # redact the whole line, then cut, then neutralize: no half token, no control sequence
-            self.say(f"{one_line(ev.location)}: {kind}: {one_line(self.red.cut(ev.text, 200))}")
+            self.say(f"{one_line(ev.location)}: {kind}: {rank}"
+                     f"{one_line(self.red.cut(ev.text, 200))}")
         for t in self.follower.tailers:
             # rotations, truncations and a path that went away: said once, on stderr
             for note in t.notes:
