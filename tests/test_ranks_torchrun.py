@@ -4,8 +4,8 @@ torchrun's ``--tee`` prefix is ``[${role_name}${local_rank}]:`` (``[default1]:``
 *local* rank: torch 2.13.0 torch/distributed/elastic/agent/server/local_elastic_agent.py:154);
 ``--log-dir`` writes ``attempt_0/<local_rank>/stdout.log`` (multiprocessing/api.py:290,322-329).
 On a second node local rank 1 is global rank 3: the agent's "Rendezvous complete" block
-(``local_ranks=[0, 1]`` / ``global_ranks=[2, 3]``, agent/server/api.py:553-579) and the failures
-table (``host : node-b`` over ``rank : 3 (local_rank: 1)``, errors/__init__.py:183-188) say so.
+(``local_ranks=[0, 1]`` / ``global_ranks=[2, 3]``, agent/server/api.py:553-580) and the failures
+table (``host : node-b`` over ``rank : 3 (local_rank: 1)``, errors/__init__.py:184-190) say so.
 
 tests/data/torchrun_elastic is a real run on this machine (torch 2.13.0, ``torchrun --nnodes=1
 --nproc-per-node=2 --tee 3 --log-dir logdir``, LOGLEVEL=INFO; rank 1 raises). The second node is
@@ -77,7 +77,9 @@ def test_two_nodes_key_the_table_by_global_rank_and_host(tmp_path: Path) -> None
     assert by_rank[1].state != "failed"  # node-a's local rank 1 is not node-b's
     lines = table.lines()
     assert lines[0].startswith("rank 3 [node-b]") and "failed: ValueError" in lines[0], lines
-    assert lines[1].startswith("ranks 0-2  "), lines  # rank 2's host alone is no group's host
+    # node-b's other rank, stopped by its agent (the failures table's "exitcode : -15")
+    assert lines[1] == "rank 2 [node-b]  exited with code -15", lines
+    assert lines[2].startswith("ranks 0-1  ") and "[" not in lines[2], lines  # node-a: no host
 
 
 def test_log_dir_files_take_the_global_rank_of_their_node(tmp_path: Path) -> None:
@@ -99,3 +101,16 @@ def test_log_dir_files_take_the_global_rank_of_their_node(tmp_path: Path) -> Non
     assert table is None or all(s.rank == 3 for s in table.ranks)
     facts = {s.rank for s in (table.ranks if table else ())}
     assert 1 not in facts
+
+
+def test_a_node_folder_takes_its_log_dir_files_too() -> None:
+    """``analyze node/``: torchrun's own --log-dir levels (<run_id>/attempt_0/<local_rank>) are
+    not counted against the folder depth, so its per-rank files are read with the console log."""
+    from dsdoctor.logs.logdirs import expand
+
+    found = expand([str(DATA)])
+    assert sum("/attempt_0/" in p for p in found) == 4 and str(CONSOLE) in found
+    table = run_analysis(logs=tuple(found)).ranks
+    assert table is not None
+    assert [line.split("  ")[0] for line in table.lines()] == ["rank 1", "rank 0"]
+    assert table.lines()[1] == "rank 0  exited with code -15"

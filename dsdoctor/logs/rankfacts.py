@@ -157,6 +157,11 @@ class RankCollector:
                 self._elastic.setdefault(file, {})[lr] = g
                 if values.get("host"):
                     self._elastic_hosts.setdefault(g, str(values["host"]))
+                if isinstance(values.get("exit_code"), int):
+                    # this rank's own exit code: torch elastic's "failed (exitcode: 1)
+                    # local_rank: 1" line names only the first failure
+                    self.add("launcher-nonzero-exit", pattern_id, file, line, text, g,
+                             {"exit_code": values["exit_code"]})
             return
         if emits == "fact:launcher-nodes":
             if isinstance(values.get("node_rank"), int):
