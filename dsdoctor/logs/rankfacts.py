@@ -157,11 +157,15 @@ class RankCollector:
                 self._elastic.setdefault(file, {})[lr] = g
                 if values.get("host"):
                     self._elastic_hosts.setdefault(g, str(values["host"]))
-                if isinstance(values.get("exit_code"), int):
-                    # this rank's own exit code: torch elastic's "failed (exitcode: 1)
-                    # local_rank: 1" line names only the first failure
-                    self.add("launcher-nonzero-exit", pattern_id, file, line, text, g,
-                             {"exit_code": values["exit_code"]})
+                code = values.get("exit_code")
+                st = self._ranks.get(g)
+                if st is None and len(self._ranks) + len(self._local) < MAX_RANKS:
+                    st = self._ranks[g] = _State()
+                if isinstance(code, int) and st is not None:
+                    # this rank's own exit code (torch elastic's "failed (exitcode: 1)
+                    # local_rank: 1" line names only the first failure); the agent's table is
+                    # not the rank's own line, so its last line stays its own
+                    st.exit_code, st.exit_at = code, (file, line, text)
             return
         if emits == "fact:launcher-nodes":
             if isinstance(values.get("node_rank"), int):
