@@ -344,3 +344,26 @@ def test_summary_leaves_out_a_stop_that_watch_itself_made() -> None:
     assert report.verdict is not None and report.verdict.fate == "stopped"
     assert hang.analysis_lines(report)[0].startswith("dsdoctor watch: STOPPED: ")
     assert hang.analysis_lines(report, stopped_by_watch=True) == []
+
+
+def test_cli_summary_after_the_tui_leads_with_the_culprit(capsys):
+    """After q in the TUI the logs' analysis leads the summary: on the real rank_failed_first
+    sample, rank 1 died first at its frame and rank 0 only waited; a failed verdict exits 1
+    even when watch's own findings hold no error."""
+    from dsdoctor.cli.watch import _summarize
+    from dsdoctor.diagnose.pipeline import run_analysis
+    from dsdoctor.model import Finding
+
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "rank_failed_first" / "train.log"
+    report = run_analysis(logs=(str(log),))
+    lint = Finding("DS999", "x", "warning", "a warning", "")
+    assert _summarize([lint], report) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dsdoctor watch: FAILED: rank 1 died first on ValueError: batch 6 on "
+                             "rank 1")
+    assert "rank 0 only waited" in out[0]
+    assert out[1] == "  ranks (2, by state):"
+    assert out[2].lstrip().startswith("rank 1 ") and out[2].endswith("← culprit")
+    assert "rank_failed_first.py:" in out[2] and "in check_batch" in out[2]
+    # the exit line says the exit code the process gets, and why
+    assert out[-1] == "dsdoctor watch: exit 1 (no error finding; the logs' verdict: failed)"

@@ -264,12 +264,15 @@ def _summarize(findings: list, report=None, stopped: bool = False) -> int:  # no
     convention (1 on an error finding, a hang or a failed verdict)."""
     from dsdoctor.redact import Redactor  # noqa: PLC0415
     from dsdoctor.safeio import one_line  # noqa: PLC0415
-    from dsdoctor.watch.hang import analysis_lines, exit_code, summary_lines  # noqa: PLC0415
+    from dsdoctor.watch.hang import (  # noqa: PLC0415
+        analysis_lines,
+        exit_code,
+        failed_fate,
+        summary_lines,
+    )
 
     red = Redactor()
-    for line in summary_lines(findings, head=analysis_lines(report, stopped)):
+    fate = failed_fate(report)
+    for line in summary_lines(findings, head=analysis_lines(report, stopped), failed_fate=fate):
         print(one_line(red.text(line)), flush=True)
-    code = exit_code(findings)
-    if report is not None and report.verdict is not None and report.verdict.error:
-        code = max(code, 1)
-    return code
+    return max(exit_code(findings), 1 if fate else 0)

@@ -142,11 +142,13 @@ def analysis_lines(report: Report | None, stopped_by_watch: bool = False) -> lis
 
 
 def summary_lines(findings: Sequence[Finding], limit: int = 8,
-                  head: Sequence[str] = ()) -> list[str]:
+                  head: Sequence[str] = (), failed_fate: str = "") -> list[str]:
     """What watch says on exit: ``head`` (analysis_lines: the verdict and the ranks), then one
-    line per problem, WATCH-HANG's stacks under it."""
+    line per problem, WATCH-HANG's stacks under it. ``failed_fate``: the logs' verdict when it
+    is a failure ("failed", "hung", ...), which makes the exit 1 too."""
     if not findings:
-        return [*head, "dsdoctor watch: no problem found in what was read", exit_line(findings)]
+        return [*head, "dsdoctor watch: no problem found in what was read",
+                exit_line(findings, failed_fate)]
     out = [*head,
            f"dsdoctor watch: {len(findings)} problem{'s' if len(findings) > 1 else ''} seen:"]
     for f in findings[:limit]:
@@ -156,16 +158,27 @@ def summary_lines(findings: Sequence[Finding], limit: int = 8,
                     for ev in f.evidence]
     if len(findings) > limit:
         out.append(f"  ... and {len(findings) - limit} more: 'dsdoctor analyze' on the log")
-    out.append(exit_line(findings))
+    out.append(exit_line(findings, failed_fate))
     return out
 
 
-def exit_line(findings: Sequence[Finding]) -> str:
+def exit_line(findings: Sequence[Finding], failed_fate: str = "") -> str:
     """The last line of the summary: the exit code and why (analyze's convention: 1 on an
-    error finding; a hang is one)."""
+    error finding, a hang is one, or on a verdict that the run failed)."""
     errors = sum(1 for f in findings if f.severity == "error")
     why = f"{errors} error finding{'s' if errors > 1 else ''}" if errors else "no error finding"
-    return f"dsdoctor watch: exit {exit_code(findings)} ({why})"
+    code = exit_code(findings)
+    if failed_fate:
+        why += f"; the logs' verdict: {failed_fate}"
+        code = 1
+    return f"dsdoctor watch: exit {code} ({why})"
+
+
+def failed_fate(report: Report | None) -> str:
+    """The logs' verdict when it says the run failed (exit 1), else ""."""
+    if report is None or report.verdict is None or not report.verdict.error:
+        return ""
+    return report.verdict.fate
 
 
 # ------------------------------------------------------------------ to the report's subprocess

@@ -18,6 +18,7 @@ from dsdoctor.watch.hang import (
     StallSeen,
     analysis_lines,
     exit_code,
+    failed_fate,
     hang_finding,
     stack_lines,
     summary_lines,
@@ -223,12 +224,10 @@ class PlainWatch:
         """The summary on exit (the analysis's verdict and ranks, then the hang and the other
         findings) and the exit code it carries. ``stopped``: watch stopped the command."""
         shown = watch_findings(findings, self.watch_extra(failed))
-        for line in summary_lines(shown, head=analysis_lines(report, stopped)):
+        fate = failed_fate(report)
+        for line in summary_lines(shown, head=analysis_lines(report, stopped), failed_fate=fate):
             self.say(one_line(self.red.text(line)))
-        code = exit_code(shown)
-        if report is not None and report.verdict is not None and report.verdict.error:
-            code = max(code, 1)
-        return code
+        return max(exit_code(shown), 1 if fate else 0)
 
     def analysis(self) -> Report | None:
         """``analyze`` on the logs read: the verdict and the per-rank table for the summary."""
