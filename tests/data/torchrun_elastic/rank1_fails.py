@@ -1,4 +1,4 @@
-import os, sys, time
+import os, sys, time  # noqa: E401, F401, I001 - the script exactly as run (its traceback cites line 7)
 import torch.distributed as dist
 dist.init_process_group("gloo")
 r = dist.get_rank()
