@@ -15,6 +15,7 @@ from dsdoctor.facts.inputs import AnalysisInputs
 from dsdoctor.watch import hang, plain, stacks
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.plain import PlainWatch, RankStacks
+from dsdoctor.watch.progress import StallStatus
 
 DATA = Path(__file__).parent / "data"
 # Trainer log dicts: the real format of transformers' Trainer (hf-trainer.yaml's samples)
@@ -103,6 +104,25 @@ def test_a_stall_that_cleared_is_kept_as_a_warning(tmp_path, fake_stacks):
     assert hang.exit_code([found]) == 0  # a slow stretch that passed is no failure
 
 
+def test_a_stall_that_a_timeout_ended_stays_a_hang_when_the_command_failed():
+    """Before any progress line (ZeRO-3 generate prints no step), new output ends a stall: on
+    the real run the output was gloo's timeout traceback and the launcher's exit. When the
+    command then failed, that output was the hang's end: WATCH-HANG stays an error; the same
+    stall before a run that went on is a warning."""
+    status = StallStatus(stalled=True, idle_seconds=15.0, threshold=15.0, adaptive=False,
+                         last=None, progress_events=0, steps_per_second=None)
+    seen = hang.StallSeen(status, stacks=zero3_lines()).resumed(45.0, by_output=True)
+    failed = hang.hang_finding(seen, failed=True)
+    assert (failed.name, failed.severity) == ("run-hung", "error")
+    assert failed.title == "no progress for 60s before any progress line: the run hung, then failed"
+    assert [ev.text for ev in failed.evidence] == list(zero3_lines())
+    went_on = hang.hang_finding(seen, failed=False)
+    assert (went_on.name, went_on.severity) == ("run-stalled", "warning")
+    # progress (not output) ended it: a slow stretch, even if the command failed later
+    stepped = hang.StallSeen(status, stacks=zero3_lines()).resumed(45.0, by_output=False)
+    assert hang.hang_finding(stepped, failed=True).severity == "warning"
+
+
 def test_summary_on_leaving_puts_the_hang_first_and_exits_1(tmp_path, fake_stacks):
     watch, said, _ = stalled_plain(tmp_path)
     with open(tmp_path / "train.log", "a") as fh:  # the launcher's -9 (a real line, DeepSpeed#3232)
@@ -111,12 +131,14 @@ def test_summary_on_leaving_puts_the_hang_first_and_exits_1(tmp_path, fake_stack
     watch.follower.poll()
     del said[:]
     assert watch.leave() == 1
-    assert said[0] == "dsdoctor watch: 2 problems seen:"
-    assert said[1].startswith("  error: WATCH-HANG run-hung: no progress for 31s after step 3")
-    assert said[2].endswith(":3: " + STEP.format(n=3).strip())
-    assert said[3] == "    " + zero3_lines()[0]
+    # the analysis's verdict on the log leads (what analyze prints first), then the findings
+    assert said[0].startswith("dsdoctor watch: KILLED: a rank was killed by SIGKILL after step 3")
+    at = said.index("dsdoctor watch: 2 problems seen:")
+    assert said[at + 1].startswith("  error: WATCH-HANG run-hung: no progress for 31s after step 3")
+    assert said[at + 2].endswith(":3: " + STEP.format(n=3).strip())
+    assert said[at + 3] == "    " + zero3_lines()[0]
     # the rules' error after it, though it is an error too
-    assert any(line.startswith("  error: DS106") for line in said[4:])
+    assert any(line.startswith("  error: DS106") for line in said[at + 4:])
 
 
 def test_summary_without_problems_and_exit_0(tmp_path):
@@ -309,3 +331,39 @@ def test_tui_says_py_spy_missing_at_start(tmp_path):
 
     asyncio.run(scenario())
     assert seen == ["py-spy is not installed: pip install py-spy"]
+
+
+def test_summary_leaves_out_a_stop_that_watch_itself_made() -> None:
+    """A Ctrl-C (or q) in watch stops the command with SIGINT; the log's verdict then reads
+    "STOPPED: the run received SIGINT ...; a retry carries on" (the real stopped_ctrl_c sample),
+    which is watch's own doing, not the run's fate: left out when watch stopped it."""
+    from dsdoctor.diagnose.pipeline import run_analysis
+
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "stopped_ctrl_c" / "train.log"
+    report = run_analysis(logs=(str(log),))
+    assert report.verdict is not None and report.verdict.fate == "stopped"
+    assert hang.analysis_lines(report)[0].startswith("dsdoctor watch: STOPPED: ")
+    assert hang.analysis_lines(report, stopped_by_watch=True) == []
+
+
+def test_cli_summary_after_the_tui_leads_with_the_culprit(capsys):
+    """After q in the TUI the logs' analysis leads the summary: on the real rank_failed_first
+    sample, rank 1 died first at its frame and rank 0 only waited; a failed verdict exits 1
+    even when watch's own findings hold no error."""
+    from dsdoctor.cli.watch import _summarize
+    from dsdoctor.diagnose.pipeline import run_analysis
+    from dsdoctor.model import Finding
+
+    log = Path(__file__).resolve().parents[1] / "sample_logs" / "rank_failed_first" / "train.log"
+    report = run_analysis(logs=(str(log),))
+    lint = Finding("DS999", "x", "warning", "a warning", "")
+    assert _summarize([lint], report) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dsdoctor watch: FAILED: rank 1 died first on ValueError: batch 6 on "
+                             "rank 1")
+    assert "rank 0 only waited" in out[0]
+    assert out[1] == "  ranks (2, by state):"
+    assert out[2].lstrip().startswith("rank 1 ") and out[2].endswith("← culprit")
+    assert "rank_failed_first.py:" in out[2] and "in check_batch" in out[2]
+    # the exit line says the exit code the process gets, and why
+    assert out[-1] == "dsdoctor watch: exit 1 (no error finding; the logs' verdict: failed)"

@@ -229,7 +229,17 @@ def run(args: argparse.Namespace) -> int:
             app.run()
         except KeyboardInterrupt:  # a SIGINT from outside the terminal: leave as q does
             pass
-        code = _summarize(app.summary_findings())
+        # q stops the command first: its last lines (a timeout's traceback, the launcher's
+        # exit) are in the log the summary's analysis reads
+        status, stopped = None, False
+        if launched is not None:
+            status = launched.poll()
+            if status is None:
+                print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
+                      "process group)", file=sys.stderr)
+                status, stopped = launched.stop(), True
+        failed = status is not None and status.returncode != 0
+        code = _summarize(app.summary_findings(failed), _final_analysis(follower), stopped)
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
@@ -243,14 +253,28 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _summarize(findings: list) -> int:
-    """After the TUI (q, Ctrl-C): what it showed, the hang and its stacks first, stays on the
-    terminal; the exit code is analyze's convention (1 on an error finding or a hang)."""
+def _final_analysis(follower):  # noqa: ANN001, ANN202 - a Follower -> Report | None
+    """``analyze`` on the logs the TUI followed (the summary's verdict and ranks), or None."""
+    from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415
+
+    return PlainWatch(follower).analysis()
+
+
+def _summarize(findings: list, report=None, stopped: bool = False) -> int:  # noqa: ANN001
+    """After the TUI (q, Ctrl-C): the analysis's verdict and ranks (the culprit), then what it
+    showed, the hang and its stacks first, stays on the terminal; the exit code is analyze's
+    convention (1 on an error finding, a hang or a failed verdict)."""
     from dsdoctor.redact import Redactor  # noqa: PLC0415
     from dsdoctor.safeio import one_line  # noqa: PLC0415
-    from dsdoctor.watch.hang import exit_code, summary_lines  # noqa: PLC0415
+    from dsdoctor.watch.hang import (  # noqa: PLC0415
+        analysis_lines,
+        exit_code,
+        failed_fate,
+        summary_lines,
+    )
 
     red = Redactor()
-    for line in summary_lines(findings):
+    fate = failed_fate(report)
+    for line in summary_lines(findings, head=analysis_lines(report, stopped), failed_fate=fate):
         print(one_line(red.text(line)), flush=True)
-    return exit_code(findings)
+    return max(exit_code(findings), 1 if fate else 0)

@@ -22,7 +22,22 @@ differs from what most members entered. Two ranks that disagree are a tie that t
 only with stack frames: the rank whose call site made no earlier collective of that group left
 the common path (the ``all_reduce`` under ``if rank == 0``).
 
-p2p ops (send/recv) are not matched (their peers pair them, not sequence ids); a note says so.
+Coalesced collectives (utils.py ``find_coalesced_group_with_non_p2p``): the entries of one rank
+that share a process group and a ``collective_seq_id`` are one collective (the ops inside a
+``_coalescing_manager``, ended by a ``*_coalesced``/``coalesced`` entry); the ranks must agree
+op by op, as torch checks each collective inside a coalesced one.
+
+Point-to-point ops (utils.py ``match_coalesced_groups``, types.py ``Op.match``): a send is
+paired with a recv by its peers, not by a sequence id: ``send s->d`` (group ranks, made global
+through the group's sorted members) matches a ``recv d<-s`` whose output sizes equal the send's
+input sizes; sends to one peer and recvs from one peer keep their order (torch's Rule 3), so the
+i-th send from s to d pairs with the i-th recv on d from s. A send without its recv names the
+receiver as the rank that never entered it (and a recv without its send, the sender); a size
+difference is a mismatch whose side the dump does not decide.
+
+gloo in torch 2.13.0 records neither: its send/recv and its coalesced ops leave no entry (a
+coalesced all_reduce is one ``all_reduce`` entry with several input sizes), so only NCCL-like
+dumps carry them.
 gloo records its default group's ``pg_config`` under the name "" while its entries name the
 group "0" (torch 2.13's own fr_trace stops there with KeyError); a group that a dump's pg_config
 does not name takes the members of that dump's only group.
@@ -36,6 +51,9 @@ from dataclasses import dataclass, field
 
 from dsdoctor.logs.frdump import FRDump, FREntry
 from dsdoctor.logs.rankfacts import Frame
+
+#: torch's types.py ``P2P``: the point-to-point ops, paired by their peers.
+P2P = frozenset({"send", "recv"})
 
 #: torch's Op.match exceptions: ops whose input (output) sizes may differ across ranks.
 _INPUTS_MAY_DIFFER = frozenset({"all_to_all", "scatter"})
@@ -59,6 +77,7 @@ class Mismatch:
     sentence: str
     decided_by: str = ""  # missing | majority | call-site | ""
     last_of: Mapping[int, FREntry | None] = field(default_factory=dict)  # culprits' last entry
+    p2p: str = ""  # a send/recv mismatch: "rank 0 sent 2 to rank 1, rank 1 received 1"; "" else
 
 
 @dataclass(frozen=True)
@@ -193,20 +212,21 @@ def analyze(dumps: Sequence[FRDump]) -> TraceAnalysis:
     for r, es in entries.items():
         for e in es:
             seen.setdefault(e.pg_name, set()).add(r)
-    # (pg name, desc, members) -> rank -> seq -> entry
-    groups: dict[tuple[str, str, tuple[int, ...]], dict[int, dict[int, FREntry]]] = {}
-    p2p = 0
+    # (pg name, desc, members) -> rank -> seq -> the collective's entries (several: coalesced)
+    groups: dict[tuple[str, str, tuple[int, ...]], dict[int, dict[int, tuple[FREntry, ...]]]] = {}
+    # (pg name, desc, members) -> rank -> its send/recv entries in record order
+    p2p: dict[tuple[str, str, tuple[int, ...]], dict[int, list[FREntry]]] = {}
+    world = tuple(sorted(by_rank))
     for r, es in entries.items():
         for e in es:
-            if e.is_p2p or e.op in ("send", "recv"):
-                p2p += 1
+            key = (e.pg_name, e.pg_desc, _members(by_rank[r], e, seen, world))
+            if e.is_p2p or e.op in P2P:
+                if e.op in P2P:  # a coalesced p2p group's end marker pairs nothing
+                    p2p.setdefault(key, {}).setdefault(r, []).append(e)
                 continue
-            key = (e.pg_name, e.pg_desc, _members(by_rank[r], e, seen, tuple(sorted(by_rank))))
-            groups.setdefault(key, {}).setdefault(r, {}).setdefault(e.seq, e)
-    notes = []
-    if p2p:
-        notes.append(f"{p2p} point-to-point op(s) in the dumps were not matched (only "
-                     "collectives are)")
+            ops = groups.setdefault(key, {}).setdefault(r, {})
+            ops[e.seq] = (*ops.get(e.seq, ()), e)
+    notes: list[str] = []
     matched = 0
     mismatches = []
     for (_name, _desc, members), per_rank in groups.items():
@@ -214,19 +234,27 @@ def analyze(dumps: Sequence[FRDump]) -> TraceAnalysis:
         matched += n
         if m is not None:
             mismatches.append(m)
+    pairs = 0
+    for (_name, _desc, members), sent in p2p.items():
+        n, m = _match_p2p(members, sent, by_rank)
+        pairs += n
+        if m is not None:
+            mismatches.append(m)
+    if pairs:
+        notes.append(f"{pairs} point-to-point send/recv pair(s) in the dumps matched")
     last = {r: (es[-1] if es else None) for r, es in entries.items()}
-    crossed = _crossed(mismatches, entries)
+    crossed = _crossed_p2p(mismatches) or _crossed(mismatches, entries)
     if crossed is not None:
         mismatches.insert(0, crossed)
     return TraceAnalysis(tuple(dumps), matched, tuple(mismatches), last, tuple(notes))
 
 
-def _match_group(members: tuple[int, ...], per_rank: dict[int, dict[int, FREntry]],
+def _match_group(members: tuple[int, ...], per_rank: dict[int, dict[int, tuple[FREntry, ...]]],
                  by_rank: Mapping[int, FRDump], entries: Mapping[int, list[FREntry]],
                  notes: list[str]) -> tuple[int, Mismatch | None]:
     with_dump = [r for r in members if r in by_rank]
     no_dump = [r for r in members if r not in by_rank]
-    any_entry = next(e for es in per_rank.values() for e in es.values())
+    any_entry = next(es[0] for ops in per_rank.values() for es in ops.values())
     label = _label(any_entry)
     if no_dump:
         notes.append(f"process group {label}: no dump from {_ranks(no_dump)}, so its "
@@ -237,12 +265,14 @@ def _match_group(members: tuple[int, ...], per_rank: dict[int, dict[int, FREntry
     seqs = sorted({s for r in with_dump for s in per_rank.get(r, {}) if s >= start})
     sites: dict[int, set[Frame]] = {r: set() for r in with_dump}
     matched = 0
+    firsts_of = {r: {s: es[0] for s, es in per_rank.get(r, {}).items()} for r in with_dump}
     for seq in seqs:
-        present = {r: per_rank[r][seq] for r in with_dump if seq in per_rank.get(r, {})}
+        present_ops = {r: per_rank[r][seq] for r in with_dump if seq in per_rank.get(r, {})}
+        present = {r: ops[0] for r, ops in present_ops.items()}
         missing = tuple(r for r in with_dump if r not in present)
         if missing:
-            return matched, _missing(label, seq, present, missing, per_rank)
-        m = _disagreement(label, seq, present, len(members), sites)
+            return matched, _missing(label, seq, present, missing, firsts_of)
+        m = _disagreement(label, seq, present_ops, len(members), sites)
         if m is not None:
             return matched, m
         matched += 1
@@ -253,6 +283,88 @@ def _match_group(members: tuple[int, ...], per_rank: dict[int, dict[int, FREntry
     return matched, None
 
 
+def _peers(e: FREntry, members: tuple[int, ...]) -> tuple[int, int] | None:
+    """(global source, global destination) of a send ``s->d`` or recv ``d<-s`` (group ranks,
+    made global through the group's sorted members as types.py ``_init_global_src_dst``)."""
+    sep = "->" if e.op == "send" else "<-"
+    left, _, right = e.peer.partition(sep)
+    if not (left.strip().isdigit() and right.strip().isdigit()):
+        return None
+    a, b = int(left), int(right)
+    src, dst = (a, b) if e.op == "send" else (b, a)
+    ranks = sorted(members)
+    if ranks and max(src, dst) < len(ranks):
+        return ranks[src], ranks[dst]
+    return src, dst
+
+
+def _match_p2p(members: tuple[int, ...], ops: dict[int, list[FREntry]],
+               by_rank: Mapping[int, FRDump]) -> tuple[int, Mismatch | None]:
+    """Pair each send with its recv (utils.py ``match_coalesced_groups``, types.py
+    ``Op.match``): the i-th send from s to d with the i-th recv on d from s, input sizes equal
+    to output sizes. Returns (pairs matched, the earliest mismatch)."""
+    sends: dict[tuple[int, int], list[FREntry]] = {}
+    recvs: dict[tuple[int, int], list[FREntry]] = {}
+    for r, es in ops.items():
+        for e in es:
+            pair = _peers(e, members)
+            if pair is None:
+                continue
+            # a rank's own side of the pair only (torch asserts a send's source is its rank)
+            if e.op == "send" and pair[0] == r:
+                sends.setdefault(pair, []).append(e)
+            elif e.op == "recv" and pair[1] == r:
+                recvs.setdefault(pair, []).append(e)
+    any_entry = next(e for es in ops.values() for e in es)
+    label = _label(any_entry)
+    matched = 0
+    found: list[Mismatch] = []
+    for pair in sorted(set(sends) | set(recvs)):
+        src, dst = pair
+        ss, rs = sends.get(pair, []), recvs.get(pair, [])
+        for i in range(max(len(ss), len(rs))):
+            send = ss[i] if i < len(ss) else None
+            recv = rs[i] if i < len(rs) else None
+            if send is not None and recv is not None:
+                if send.input_sizes == recv.output_sizes:
+                    matched += 1
+                    continue
+                detail = (f"Expected input sizes: '{_l(send.input_sizes)}' of the send does not "
+                          f"match the recv's output sizes: '{_l(recv.output_sizes)}'")
+                sentence = (f"rank {src}'s {send.describe()}{_at(send)} and rank {dst}'s "
+                            f"{recv.describe()}{_at(recv)} disagree on the size (a size mismatch "
+                            f"of point-to-point #{i + 1} from rank {src} to rank {dst} in process "
+                            f"group {label}, Flight Recorder); the dumps alone do not tell which "
+                            "side is wrong")
+                found.append(Mismatch(label, send.pg_name, send.seq, "size", (), (src, dst),
+                                      {src: send, dst: recv}, detail, sentence))
+                break
+            waiter, posted = (src, send) if send is not None else (dst, recv)
+            absent = dst if send is not None else src
+            if posted is None or absent not in by_rank:
+                break  # no dump from the peer: nothing to say it never posted its side
+            verb = "posted the recv" if send is not None else "sent"
+            peer_ops = ops.get(absent, [])
+            last = peer_ops[-1] if peer_ops else None
+            before = (f"; its last point-to-point op there is {last.describe()}{_at(last)}"
+                      if last is not None else "; it recorded no point-to-point op in that group")
+            sentence = (f"rank {absent} never {verb} that rank {waiter}'s {posted.describe()}"
+                        f"{_at(posted)} "
+                        f"waits for (point-to-point #{i + 1} from rank {src} to rank {dst} in "
+                        f"process group {label}, Flight Recorder{before})")
+            what = "a send without its recv" if send is not None else "a recv without its send"
+            counts = f"rank {src} sent {len(ss)} to rank {dst}, rank {dst} received {len(rs)}"
+            found.append(Mismatch(label, posted.pg_name, posted.seq, "missing-rank", (absent,),
+                                  (waiter,), {waiter: posted}, f"Not all ranks joining: {what}",
+                                  sentence[:-1] + f"; {counts})", "missing", {absent: last},
+                                  p2p=counts))
+            break
+    if not found:
+        return matched, None
+    return matched, min(found, key=lambda m: min(
+        (e.time_created_ns or 0 for e in m.entries.values()), default=0))
+
+
 def _new_site(e: FREntry, before: Sequence[FREntry]) -> bool | None:
     """Whether ``e``'s call site made none of the rank's earlier collectives (None: no frames)."""
     site = _site(e)
@@ -261,6 +373,30 @@ def _new_site(e: FREntry, before: Sequence[FREntry]) -> bool | None:
     earlier = {_site(b) for b in before if b.record_id < e.record_id}
     earlier.discard(None)
     return site not in earlier if earlier else None
+
+
+def _crossed_p2p(mismatches: Sequence[Mismatch]) -> Mismatch | None:
+    """A rank waiting in a send (or recv) its peer never posted, while that peer waits in a
+    collective the first never entered: each side's "missing rank" is only the other's waiter.
+    The dumps show the ranks' point-to-point ops disagree (counts), not which side is wrong."""
+    for p in mismatches:
+        if not p.p2p or p.kind != "missing-rank":
+            continue
+        (waiter,), (absent,) = p.others, p.culprits
+        for c in mismatches:
+            if c.p2p or c.kind != "missing-rank" or c.culprits != (waiter,) or \
+                    absent not in c.others:
+                continue
+            e, u = p.entries[waiter], c.entries[absent]
+            sentence = (f"rank {waiter} waits in {e.describe()}{_at(e)}, which rank {absent} "
+                        f"never posted; rank {absent} waits instead in collective {c.seq} of "
+                        f"process group {c.pg}, {u.describe()}{_at(u)}, which rank {waiter} never "
+                        f"entered: the ranks' point-to-point ops disagree ({p.p2p}; a desync, "
+                        "Flight Recorder)")
+            return Mismatch(p.pg, p.pg_name, p.seq, "desync", (), (waiter, absent),
+                            {waiter: e, absent: u}, "a send/recv count mismatch", sentence,
+                            "", p2p=p.p2p)
+    return None
 
 
 def _crossed(mismatches: Sequence[Mismatch], entries: Mapping[int, list[FREntry]]
@@ -301,7 +437,7 @@ def _crossed(mismatches: Sequence[Mismatch], entries: Mapping[int, list[FREntry]
 
 
 def _missing(label: str, seq: int, present: dict[int, FREntry], missing: tuple[int, ...],
-             per_rank: dict[int, dict[int, FREntry]]) -> Mismatch:
+             per_rank: Mapping[int, Mapping[int, FREntry]]) -> Mismatch:
     e = next(iter(present.values()))
     last_of = {r: (per_rank[r][max(per_rank[r])] if per_rank.get(r) else None) for r in missing}
     lasts = sorted({le.seq for le in last_of.values() if le is not None})
@@ -318,13 +454,28 @@ def _missing(label: str, seq: int, present: dict[int, FREntry], missing: tuple[i
                     "Not all ranks joining collective", sentence, "missing", last_of)
 
 
-def _disagreement(label: str, seq: int, present: dict[int, FREntry], pg_size: int,
-                  sites: Mapping[int, set[Frame]]) -> Mismatch | None:
+def compare_ops(a: Sequence[FREntry], b: Sequence[FREntry], pg_size: int
+                ) -> tuple[str, str, int] | None:
+    """Two ranks' entries of one collective (several when coalesced), op by op: (kind, detail,
+    the index of the first op that differs), or None when they match."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        got = compare(x, y, pg_size)
+        if got is not None:
+            return (*got, i)
+    if len(a) != len(b):
+        return "type", (f"Expected a coalesced collective of {len(a)} op(s) "
+                        f"({', '.join(e.op for e in a)}) does not match found: {len(b)} op(s) "
+                        f"({', '.join(e.op for e in b)})"), min(len(a), len(b))
+    return None
+
+
+def _disagreement(label: str, seq: int, present_ops: dict[int, tuple[FREntry, ...]],
+                  pg_size: int, sites: Mapping[int, set[Frame]]) -> Mismatch | None:
     # ranks grouped by what they entered: those that match each other form one group
     clusters: list[list[int]] = []
-    for r in sorted(present):
+    for r in sorted(present_ops):
         for c in clusters:
-            if compare(present[c[0]], present[r], pg_size) is None:
+            if compare_ops(present_ops[c[0]], present_ops[r], pg_size) is None:
                 c.append(r)
                 break
         else:
@@ -332,8 +483,11 @@ def _disagreement(label: str, seq: int, present: dict[int, FREntry], pg_size: in
     if len(clusters) == 1:
         return None
     clusters.sort(key=len, reverse=True)
-    first, second = present[clusters[0][0]], present[clusters[1][0]]
-    kind, detail = compare(first, second, pg_size) or ("undecidable", "")
+    got = compare_ops(present_ops[clusters[0][0]], present_ops[clusters[1][0]], pg_size)
+    kind, detail, at = got or ("undecidable", "", 0)
+    # the op that differs stands for each rank's collective (the first, when not coalesced)
+    present = {r: ops[min(at, len(ops) - 1)] for r, ops in present_ops.items()}
+    first = present[clusters[0][0]]
     what = {"type": "a type mismatch", "size": "a size mismatch", "dtype": "a dtype mismatch",
             "state": "a state mismatch"}.get(kind, "a mismatch")
     culprits: tuple[int, ...] = ()
@@ -367,4 +521,4 @@ def _disagreement(label: str, seq: int, present: dict[int, FREntry], pg_size: in
     return Mismatch(label, first.pg_name, seq, kind, culprits, others, present, detail, sentence, decided)
 
 
-__all__ = ["Mismatch", "TraceAnalysis", "analyze", "compare"]
+__all__ = ["P2P", "Mismatch", "TraceAnalysis", "analyze", "compare", "compare_ops"]

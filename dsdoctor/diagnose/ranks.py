@@ -472,7 +472,10 @@ def _table(states: list[RankState], culprit: Culprit | None, agreement: str) -> 
         by_sig.setdefault((s.rank in blamed, *s.signature), []).append(s)
     groups = [RankGroup(tuple(s.rank for s in members), members[0].phrase(),
                         culprit=members[0].rank in blamed,
-                        hosts=tuple(sorted({s.host for s in members if s.host})))
+                        # a host only when every member's is known: "ranks 0-2 [node-b]" must
+                        # not stand for ranks of which only one was named on node-b
+                        hosts=tuple(sorted({s.host for s in members if s.host}))
+                        if all(s.host for s in members) else ())
               for members in by_sig.values()]
     groups.sort(key=lambda g: (not g.culprit, STATES.index(_state(states, g.ranks[0])),
                                -len(g.ranks), g.ranks[0]))

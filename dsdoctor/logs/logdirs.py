@@ -38,11 +38,24 @@ def expand(paths: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+#: torchrun --log-dir's own levels, not counted in MAX_DEPTH: ``<run_id>/attempt_0/<local_rank>``
+#: (torch 2.13.0 torch/distributed/elastic/multiprocessing/api.py:290-291), so that
+#: ``node1/logdir/none_x/attempt_0/3/stdout.log`` is found under ``node1/``.
+_ELASTIC_LEVELS = re.compile(r"^attempt_\d+$|^\d+$")
+
+
+def _depth(folder: str, base: int) -> int:
+    parts = folder.rstrip(os.sep).split(os.sep)[base + 1:]
+    elastic = sum(1 for p in parts if _ELASTIC_LEVELS.match(p)) if "attempt_" in folder else 0
+    # the run id folder above attempt_N is torchrun's too
+    return len(parts) - (elastic + 1 if elastic else 0)
+
+
 def _logs_under(root: str) -> list[str]:
     found: list[str] = []
     base = root.rstrip(os.sep).count(os.sep)
     for folder, dirs, files in os.walk(root):
-        if folder.rstrip(os.sep).count(os.sep) - base >= MAX_DEPTH:
+        if _depth(folder, base) >= MAX_DEPTH:
             dirs[:] = []
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found.extend(os.path.join(folder, f) for f in sorted(files)

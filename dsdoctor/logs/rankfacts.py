@@ -12,6 +12,7 @@ prefix, a ``rank`` field, or a file named per rank).
 
 from __future__ import annotations
 
+import os
 import re
 from collections import deque
 from collections.abc import Callable
@@ -39,7 +40,9 @@ _HOST_RANKS = re.compile(r"'(?P<host>[^']+)':\s*\[(?P<ranks>[\d,\s]*)\]")
 #: Rank-less launcher lines the collector reads: a rank's launch (its local rank in the argv),
 #: the node's place (node_rank, num_local_procs) and every host's global ranks.
 RANKLESS_EMITS = frozenset({"launcher-nonzero-exit", "fact:launch-argv", "fact:launcher-nodes",
-                            "fact:rank-mapping"})
+                            "fact:rank-mapping", "fact:elastic-ranks", "fact:elastic-failure-rank"})
+#: ``[0, 1]`` in torch elastic's ``local_ranks=[0, 1]`` / ``global_ranks=[8, 9]``.
+_INT_LIST = re.compile(r"\d+")
 #: A peer that went away while this rank waited: the consequence of another rank's exit.
 LOST_PEER = re.compile(r"closed by peer|Connection reset by peer|remote worker crash|"
                        r"NCCL communicator was aborted|Observed flight recorder dump signal from "
@@ -131,12 +134,43 @@ class RankCollector:
         # ranks of every host (global_rank_mapping, the same on every node), in node order
         self._node_rank: dict[str, int] = {}
         self._hosts: dict[str, dict[str, tuple[int, ...]]] = {}
+        # torchrun: per file, each local rank's global rank (the agent's "Rendezvous complete"
+        # block, the failures table's "rank : 9 (local_rank: 1)"), and a failed rank's host
+        self._elastic: dict[str, dict[int, int]] = {}
+        self._elastic_hosts: dict[int, str] = {}
+        # lines that carry only a node's local rank (torchrun's [default3]:, --log-dir's
+        # attempt_0/3/stdout.log), by (file, local rank): made global in facts(), once every
+        # line of the file (the agent's block among them) has been read
+        self._local: dict[tuple[str, int], _State] = {}
 
     def __bool__(self) -> bool:
         return bool(self._ranks)
 
     def add(self, emits: str, pattern_id: str, file: str, line: int, text: str, rank: int | None,
-            values: dict[str, Any]) -> None:
+            values: dict[str, Any], local: bool = False) -> None:
+        """``local``: ``rank`` is the node's local rank (torchrun's ``[default3]:`` prefix)."""
+        if emits == "fact:elastic-ranks":
+            locals_ = [int(x) for x in _INT_LIST.findall(str(values.get("local_ranks", "")))]
+            globals_ = [int(x) for x in _INT_LIST.findall(str(values.get("global_ranks", "")))]
+            if locals_ and len(locals_) == len(globals_):
+                self._elastic.setdefault(file, {}).update(zip(locals_, globals_))
+            return
+        if emits == "fact:elastic-failure-rank":
+            g, lr = values.get("global_rank"), values.get("local_rank")
+            if isinstance(g, int) and isinstance(lr, int):
+                self._elastic.setdefault(file, {})[lr] = g
+                if values.get("host"):
+                    self._elastic_hosts.setdefault(g, str(values["host"]))
+                code = values.get("exit_code")
+                st = self._ranks.get(g)
+                if st is None and len(self._ranks) + len(self._local) < MAX_RANKS:
+                    st = self._ranks[g] = _State()
+                if isinstance(code, int) and st is not None:
+                    # this rank's own exit code (torch elastic's "failed (exitcode: 1)
+                    # local_rank: 1" line names only the first failure); the agent's table is
+                    # not the rank's own line, so its last line stays its own
+                    st.exit_code, st.exit_at = code, (file, line, text)
+            return
         if emits == "fact:launcher-nodes":
             if isinstance(values.get("node_rank"), int):
                 self._node_rank[file] = values["node_rank"]
@@ -158,13 +192,16 @@ class RankCollector:
         elif rank is None and emits == "launcher-nonzero-exit":
             # torch elastic names the failed local rank; DeepSpeed's line names no rank
             rank = int(values["local_rank"]) if isinstance(values.get("local_rank"), int) else None
+            local = True
         if rank is None or rank < 0:
             return
-        st = self._ranks.get(rank)
+        table: dict[Any, _State] = self._local if local else self._ranks
+        key: Any = (file, rank) if local else rank
+        st = table.get(key)
         if st is None:
-            if len(self._ranks) >= MAX_RANKS:
+            if len(self._ranks) + len(self._local) >= MAX_RANKS:
                 return
-            st = self._ranks[rank] = _State()
+            st = table[key] = _State()
         here = (file, line, text)
         if emits == "launched":
             st.launched = st.launched or here
@@ -222,48 +259,73 @@ class RankCollector:
         def moved(t: tuple[str, int, str] | None) -> tuple[str, int, str] | None:
             return None if t is None else (t[0], t[1] + shift, t[2])
 
-        for rank, b in later._ranks.items():
-            a = self._ranks.get(rank)
-            if a is None:
-                if len(self._ranks) >= MAX_RANKS:
-                    continue
-                a = self._ranks[rank] = _State()
-            a.last = moved(b.last) or a.last
-            a.step = b.step if b.step is not None else a.step
-            if b.exception_at is not None:
-                a.exception, a.exception_at = b.exception, moved(b.exception_at)
-            if b.frames_started:
-                a.frames = deque(b.frames, maxlen=MAX_FRAMES)
-                a.frames_started = True
-            else:
-                a.frames.extend(b.frames)
-            a.timed_out = a.timed_out or moved(b.timed_out)
-            a.lost_peer = a.lost_peer or moved(b.lost_peer)
-            a.watchdog.update(b.watchdog)
-            if b.exit_at is not None:
-                a.exit_code, a.exit_at = b.exit_code, moved(b.exit_at)
-            a.launched = a.launched or moved(b.launched)
+        pairs: list[tuple[dict[Any, _State], dict[Any, _State]]] = [
+            (self._ranks, later._ranks), (self._local, later._local)]  # type: ignore[list-item]
+        for table, other in pairs:
+            for key, b in other.items():
+                a = table.get(key)
+                if a is None:
+                    if len(self._ranks) + len(self._local) >= MAX_RANKS:
+                        continue
+                    a = table[key] = _State()
+                _fold(a, b, moved)
         for name, node in later._node_rank.items():
             self._node_rank.setdefault(name, node)
         for name, hosts in later._hosts.items():
             self._hosts.setdefault(name, hosts)
+        for name, ranks in later._elastic.items():
+            self._elastic.setdefault(name, {}).update(ranks)
+        for g, host in later._elastic_hosts.items():
+            self._elastic_hosts.setdefault(g, host)
+
+    def _elastic_map(self, file: str) -> dict[int, int]:
+        """torchrun's local -> global ranks for the lines of ``file``: its own agent block or
+        failures table, else those of the launcher's log in the nearest folder above it (a
+        --log-dir's attempt_0/3/stdout.log under the node's folder with its console log)."""
+        own = self._elastic.get(file)
+        if own:
+            return own
+        best, best_len = {}, -1
+        for name, ranks in self._elastic.items():
+            folder = os.path.dirname(name)
+            if folder and file.startswith(folder + os.sep) and len(folder) > best_len:
+                best, best_len = ranks, len(folder)
+        return best
+
+    def _resolved(self) -> dict[int, _State]:
+        """Every rank's state by global rank: the local-rank lines folded in."""
+        if not self._local:
+            return self._ranks
+        out: dict[int, _State] = {}
+        for rank, st in self._ranks.items():
+            _fold(out.setdefault(rank, _State()), st)
+        for (file, local), st in self._local.items():
+            _fold(out.setdefault(self._elastic_map(file).get(local, local), _State()), st)
+        return out
 
     def hosts(self) -> dict[int, str]:
-        """Each rank's host as the launchers' global_rank_mapping lines name it (none when every
-        rank is on one host: a name then tells nothing)."""
+        """Each rank's host as the launchers name it: DeepSpeed's global_rank_mapping, torch
+        elastic's failures table (``host : node-b`` over ``rank : 9 (local_rank: 1)``); none
+        when every rank is on one host (a name then tells nothing) and no two torchrun nodes'
+        rank maps were read."""
         out: dict[int, str] = {}
         for hosts in self._hosts.values():
             for host, ranks in hosts.items():
                 for r in ranks:
                     out.setdefault(r, host)
-        return out if len(set(out.values())) > 1 else {}
+        for r, host in self._elastic_hosts.items():
+            out.setdefault(r, host)
+        # several torchrun nodes' logs: a host named by one node's failures table tells where
+        several_nodes = len({tuple(sorted(m.items())) for m in self._elastic.values()}) > 1
+        return out if len(set(out.values())) > 1 or several_nodes else {}
 
     def facts(self) -> dict[int, RankFacts]:
         """The frozen facts of every rank seen, by rank."""
         out: dict[int, RankFacts] = {}
         host_of = self.hosts()
-        for rank in sorted(self._ranks):
-            st = self._ranks[rank]
+        states = self._resolved()
+        for rank in sorted(states):
+            st = states[rank]
             out[rank] = RankFacts(
                 rank=rank, last=_where(st.last), step=st.step,
                 exception=" ".join(st.exception.split())[:TEXT_CHARS] if st.exception else None,
@@ -272,6 +334,29 @@ class RankCollector:
                 watchdog=dict(st.watchdog), exit_code=st.exit_code, exit_at=_where(st.exit_at),
                 launched=_where(st.launched), host=host_of.get(rank))
         return out
+
+
+def _fold(a: _State, b: _State,
+          moved: Callable[[tuple[str, int, str] | None], tuple[str, int, str] | None] = lambda t: t
+          ) -> None:
+    """Fold ``b`` (a later range of the same file, or the same rank's lines under another
+    prefix) into ``a``: what ``b`` saw last wins; a traceback it saw without its start
+    continues ``a``'s."""
+    a.last = moved(b.last) or a.last
+    a.step = b.step if b.step is not None else a.step
+    if b.exception_at is not None:
+        a.exception, a.exception_at = b.exception, moved(b.exception_at)
+    if b.frames_started:
+        a.frames = deque(b.frames, maxlen=MAX_FRAMES)
+        a.frames_started = True
+    else:
+        a.frames.extend(b.frames)
+    a.timed_out = a.timed_out or moved(b.timed_out)
+    a.lost_peer = a.lost_peer or moved(b.lost_peer)
+    a.watchdog.update(b.watchdog)
+    if b.exit_at is not None:
+        a.exit_code, a.exit_at = b.exit_code, moved(b.exit_at)
+    a.launched = a.launched or moved(b.launched)
 
 
 def with_text(facts: RankFacts, fn: Callable[[str], str]) -> RankFacts:

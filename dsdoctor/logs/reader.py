@@ -52,10 +52,12 @@ _QUOTE_RE = re.compile(r"^[ \t]{0,3}(?:>[ \t]?)+")
 # or single backticks is peeled ("ValueError: `x` must be set" keeps its backticks).
 _MARKUP_RE = re.compile(r"^[ \t]*(?:```(?:[a-z][a-z0-9+-]*)?[ \t]+|```(?=\S)|(?P<pair>\*\*|`)(?=\S))")
 _FENCE_END_RE = re.compile(r"[ \t]*```[ \t]*$")
+#: torchrun's --tee prefix: the role and the node's *local* rank (``[default3]:``).
+_LOCAL_RANK_PREFIX = re.compile(r"^\[default(?P<rank>\d+)\]:[ \t]?")
 # Rank prefixes added by launchers, peeled off so that one pattern serves every launcher.
 _RANK_PREFIXES = (
     re.compile(r"^\[rank(?P<rank>\d+)\]:[ \t]?"),  # torch >= 2.2 ([rank3]:)
-    re.compile(r"^\[default(?P<rank>\d+)\]:[ \t]?"),  # torchrun --tee / --redirects
+    _LOCAL_RANK_PREFIX,  # torchrun --tee / --redirects
     re.compile(r"^\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:[ \t]?"),  # mpirun --tag-output
     re.compile(r"^(?P<rank>\d{1,5}):[ \t]"),  # srun --label, deepspeed multinode "3: "
     # pdsh / deepspeed multi-node host prefix ("node-12: ", "gpu001: "): a host name with a digit.
@@ -98,6 +100,9 @@ class Segment:
     text: str
     rank: int | None
     host: str | None = None
+    # the rank is a node's local rank: torchrun's ``[default3]:`` (``[${role_name}${local_rank}]:``,
+    # torch 2.13.0 local_elastic_agent.py:154) with no ``[rankN]:`` inside it to give the global one
+    local_rank: bool = False
 
 
 def normalize(raw: bytes) -> Segment:
@@ -112,6 +117,7 @@ def normalize(raw: bytes) -> Segment:
         text = _CONTROL_RE.sub("", text)
     rank: int | None = None
     host: str | None = None
+    local = False
     # Peel in a loop: "node-1: [rank3]: > text" carries several layers.
     for _ in range(4 if _ANY_PREFIX_RE.match(text) or text.endswith("```") else 0):
         before = text
@@ -129,6 +135,7 @@ def normalize(raw: bytes) -> Segment:
                 gd = m.groupdict()
                 if gd.get("rank") is not None:
                     rank = int(gd["rank"])
+                    local = pat is _LOCAL_RANK_PREFIX
                 if gd.get("host"):
                     host = gd["host"]
                 text = text[m.end():]
@@ -137,7 +144,7 @@ def normalize(raw: bytes) -> Segment:
             break
     if len(text) > MAX_SEGMENT_CHARS:
         text = text[:MAX_SEGMENT_CHARS]
-    return Segment(text=text, rank=rank, host=host)
+    return Segment(text=text, rank=rank, host=host, local_rank=local)
 
 
 def line_prefix(text: str) -> str:
@@ -172,6 +179,18 @@ def _peel_markup(text: str) -> str:
 def rank_from_filename(path: str) -> int | None:
     """One log per rank is common (``rank3.log``, ``train_rank_3.txt``)."""
     m = _RANK_IN_NAME_RE.search(os.path.basename(path))
+    return int(m.group(1)) if m else None
+
+
+#: torchrun --log-dir: ``<log_dir>/<run_id>/attempt_<n>/<local_rank>/stdout.log`` (and stderr.log),
+#: one folder per local rank of the node (torch 2.13.0
+#: torch/distributed/elastic/multiprocessing/api.py:290-291,322-329).
+_ELASTIC_LOG_DIR_RE = re.compile(r"(?:^|[/\\])attempt_\d+[/\\](\d+)[/\\]std(?:out|err)\.log$")
+
+
+def local_rank_from_path(path: str) -> int | None:
+    """The node's local rank of a torchrun --log-dir file (``attempt_0/3/stdout.log``: 3)."""
+    m = _ELASTIC_LOG_DIR_RE.search(path)
     return int(m.group(1)) if m else None
 
 

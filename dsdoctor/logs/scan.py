@@ -24,7 +24,7 @@ from dsdoctor.logs.hidden import hidden_candidates
 from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_jobs, fork_available
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
-from dsdoctor.logs.reader import OpenedLog, Segment, normalize, open_log, rank_from_filename
+from dsdoctor.logs.reader import OpenedLog, Segment, local_rank_from_path, normalize, open_log, rank_from_filename
 from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 
@@ -193,6 +193,10 @@ class Scanner:
         consumed = start  # absolute offset of buf[0]
         done = False  # the range's end has been scanned (the rest of the buffer is look-ahead)
         file_rank = rank_from_filename(name) if name != "<stdin>" else None
+        # torchrun --log-dir's attempt_0/N/stdout.log: N is the node's local rank
+        file_local = file_rank is None and local_rank_from_path(name) is not None
+        if file_local:
+            file_rank = local_rank_from_path(name)
         # One buffer, reused across chunks and files: a fresh (zero-filled) 8 MiB per file made
         # 100,000 small logs cost 3 ms each before a byte was read (issue 24).
         buf = self._reusable_buffer()
@@ -251,7 +255,7 @@ class Scanner:
             else:  # every line was read: no window is due before the next chunk
                 mark = -(-(consumed + cut) // stride) * stride
             base_line = self._process(name, buf, cut, have, hits, samples, patterns, base_line,
-                                      file_rank, on_event)
+                                      file_rank, on_event, file_local)
             rest = have - cut
             consumed += cut
             if rest:
@@ -269,7 +273,7 @@ class Scanner:
         return flags[1]
 
     def _process(self, name, buf, cut, have, hits, samples, patterns, base_line, file_rank,
-                 on_event) -> int:
+                 on_event, file_local: bool = False) -> int:
         """Match the candidates of buf[:cut]; return the line number of buf[cut]."""
         seen: set[tuple[int, int]] = set()
         pos = 0
@@ -291,7 +295,8 @@ class Scanner:
                               rank=seg.rank if seg.rank is not None else file_rank)
                 self.timeline.add(self.timeline_patterns[idx].id, ev, values)
                 if ev.rank is not None:
-                    self.ranks.add("timeline", "", name, line, seg.text, ev.rank, values)
+                    self.ranks.add("timeline", "", name, line, seg.text, ev.rank, values,
+                                   local=seg.local_rank if seg.rank is not None else file_local)
                 continue
             line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
             cur_line = (line_start, line_end)
@@ -321,10 +326,12 @@ class Scanner:
             if values is None:
                 continue
             rank = values.get("rank")
+            local = False
             if not isinstance(rank, int):
                 rank = seg.rank if seg.rank is not None else file_rank
+                local = seg.local_rank if seg.rank is not None else file_local
             if rank is not None or pat.emits in RANKLESS_EMITS:
-                self.ranks.add(pat.emits, pat.id, name, line, seg.text, rank, values)
+                self.ranks.add(pat.emits, pat.id, name, line, seg.text, rank, values, local=local)
             # the whole segment's text: the aggregator cuts only the evidence it keeps, and
             # makes an Evidence only for a line it keeps (most of a million hits are counted)
             if symptom[idx]:

@@ -335,7 +335,10 @@ class WatchApp(App):
             # when the user wants to see which rank was stuck where
             self.cleared_after = change.stalled_for
             if self.stall_seen is not None:
-                self.stall_seen = self.stall_seen.resumed(change.stalled_for)
+                last, before = change.status.last, self.stall_seen.status.last
+                by_output = last is None or (before is not None and
+                                             last.location == before.location)
+                self.stall_seen = self.stall_seen.resumed(change.stalled_for, by_output)
                 self.hang = hang_finding(self.stall_seen)
             return
         self.cleared_after = None
@@ -350,18 +353,19 @@ class WatchApp(App):
         self.stall_seen = seen_stall(change.status, dump)
         self.hang = hang_finding(self.stall_seen)
 
-    def watch_extra(self) -> list[Finding]:
-        """watch's own findings now: the hang (its length so far), host RAM past the alert."""
+    def watch_extra(self, failed: bool = False) -> list[Finding]:
+        """watch's own findings now: the hang (its length so far), host RAM past the alert.
+        ``failed``: the launched command failed (a stall its timeout ended stays a hang)."""
         extra = []
         if self.stall_seen is not None:
-            extra.append(hang_finding(self.stall_seen, self.tailer.stall.status()))
+            extra.append(hang_finding(self.stall_seen, self.tailer.stall.status(), failed))
         if self.ram_alert is not None:
             extra.append(self.ram_alert)
         return extra
 
-    def summary_findings(self) -> list[Finding]:
+    def summary_findings(self, failed: bool = False) -> list[Finding]:
         """What the summary on exit lists: the hang first, then the rest, most severe first."""
-        return watch_findings(self.tailer.state.findings, self.watch_extra())
+        return watch_findings(self.tailer.state.findings, self.watch_extra(failed))
 
     def _apply_progress(self, stall: StallStatus, plots: list[str],
                         bar: TqdmTick | None = None) -> None:

@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dsdoctor.model import Evidence, Finding
+from dsdoctor.model import Evidence, Finding, Report
 from dsdoctor.watch.progress import StallStatus
 
 HANG_RULE = "WATCH-HANG"  # watch's own finding, not a rule of rules/
@@ -31,9 +31,12 @@ class StallSeen:
     stacks: tuple[str, ...] = ()  # stacks.explain's lines (grouped, odd rank named); () if none
     stacks_note: str = ""  # why there are no stacks (no py-spy, no pid known), "" when dumped
     cleared_after: float | None = None  # seconds from the stall to progress again; None: ongoing
+    # the stall ended on new output but no new progress line (a timeout's traceback, the
+    # launcher's exit lines): if the run then failed, that output was the hang's end, not progress
+    by_output: bool = False
 
-    def resumed(self, stalled_for: float) -> StallSeen:
-        return replace(self, cleared_after=stalled_for)
+    def resumed(self, stalled_for: float, by_output: bool = False) -> StallSeen:
+        return replace(self, cleared_after=stalled_for, by_output=by_output)
 
 
 def _last_progress_evidence(status: StallStatus) -> Evidence | None:
@@ -46,11 +49,14 @@ def _last_progress_evidence(status: StallStatus) -> Evidence | None:
     return Evidence(file, int(line), last.text[:400])
 
 
-def hang_finding(seen: StallSeen, now: StallStatus | None = None) -> Finding:
+def hang_finding(seen: StallSeen, now: StallStatus | None = None, failed: bool = False) -> Finding:
     """The stall as a finding. ``now``: the detector's status when the finding is made (a stall
     still on gets its length so far). Ongoing: an error; cleared: a warning, since a run that
-    stepped again was slow (an evaluation, a checkpoint save), not hung, but its stacks stay."""
+    stepped again was slow (an evaluation, a checkpoint save), not hung, but its stacks stay.
+    ``failed``: the command failed; a stall that only output (no progress line) ended is then the
+    hang that its failure ended (gloo's or NCCL's timeout), an error."""
     status = seen.status
+    ended_in_failure = failed and seen.cleared_after is not None and seen.by_output
     if seen.cleared_after is not None:
         lasted = status.idle_seconds + seen.cleared_after
     elif now is not None and now.stalled:
@@ -65,8 +71,10 @@ def hang_finding(seen: StallSeen, now: StallStatus | None = None) -> Finding:
         step_text = f"after step {last.step}" if last.step is not None else "after the last step line"
         where = f"the last progress was {last.location}: {last.text[:160]}"
     how = "adaptive" if status.adaptive else "fixed"
-    ongoing = seen.cleared_after is None
-    if ongoing:
+    ongoing = seen.cleared_after is None or ended_in_failure
+    if ended_in_failure:
+        title = f"no progress for {lasted:.0f}s {step_text}: the run hung, then failed"
+    elif ongoing:
         title = f"no progress for {lasted:.0f}s {step_text}: the run looks hung"
     else:
         title = f"stalled for {lasted:.0f}s {step_text}, then progress resumed"
@@ -108,11 +116,41 @@ def exit_code(findings: Sequence[Finding]) -> int:
     return 1 if any(f.severity == "error" for f in findings) else 0
 
 
-def summary_lines(findings: Sequence[Finding], limit: int = 8) -> list[str]:
-    """What watch says on exit: one line per problem, WATCH-HANG's stacks under it."""
+def analysis_lines(report: Report | None, stopped_by_watch: bool = False) -> list[str]:
+    """``analyze``'s first lines on the logs watch read, when they say something went wrong:
+    the verdict (the rank that failed or stalled first and its frame, the ranks that only
+    waited) and the per-rank table. A hang that ends in a timeout, or a rank that dies first,
+    is named here even when no stall was seen (a rank that failed ends the others at once).
+    ``stopped_by_watch``: watch itself stopped the command (Ctrl-C, q): the log's "stopped by
+    SIGINT, a retry carries on" is then watch's own doing, not the run's fate, and is left out
+    (WATCH-HANG says what the run was doing)."""
+    from dsdoctor.render.analysis import verdict_line  # noqa: PLC0415
+
+    if report is None or report.verdict is None:
+        return []
+    culprit = report.ranks is not None and report.ranks.culprit is not None
+    if not (report.verdict.error or culprit):
+        return []
+    if stopped_by_watch and report.verdict.fate == "stopped" and not culprit:
+        return []
+    fate, rest = verdict_line(report)
+    out = [f"dsdoctor watch: {fate}: {rest}"]
+    if report.ranks is not None:
+        out.append(f"  ranks ({len(report.ranks.ranks)}, by state):")
+        out += [f"    {line}" for line in report.ranks.lines()]
+    return out
+
+
+def summary_lines(findings: Sequence[Finding], limit: int = 8,
+                  head: Sequence[str] = (), failed_fate: str = "") -> list[str]:
+    """What watch says on exit: ``head`` (analysis_lines: the verdict and the ranks), then one
+    line per problem, WATCH-HANG's stacks under it. ``failed_fate``: the logs' verdict when it
+    is a failure ("failed", "hung", ...), which makes the exit 1 too."""
     if not findings:
-        return ["dsdoctor watch: no problem found in what was read", exit_line(findings)]
-    out = [f"dsdoctor watch: {len(findings)} problem{'s' if len(findings) > 1 else ''} seen:"]
+        return [*head, "dsdoctor watch: no problem found in what was read",
+                exit_line(findings, failed_fate)]
+    out = [*head,
+           f"dsdoctor watch: {len(findings)} problem{'s' if len(findings) > 1 else ''} seen:"]
     for f in findings[:limit]:
         out.append(f"  {f.severity}: {f.rule} {f.name}: {f.title}")
         if f.rule == HANG_RULE:
@@ -120,16 +158,27 @@ def summary_lines(findings: Sequence[Finding], limit: int = 8) -> list[str]:
                     for ev in f.evidence]
     if len(findings) > limit:
         out.append(f"  ... and {len(findings) - limit} more: 'dsdoctor analyze' on the log")
-    out.append(exit_line(findings))
+    out.append(exit_line(findings, failed_fate))
     return out
 
 
-def exit_line(findings: Sequence[Finding]) -> str:
+def exit_line(findings: Sequence[Finding], failed_fate: str = "") -> str:
     """The last line of the summary: the exit code and why (analyze's convention: 1 on an
-    error finding; a hang is one)."""
+    error finding, a hang is one, or on a verdict that the run failed)."""
     errors = sum(1 for f in findings if f.severity == "error")
     why = f"{errors} error finding{'s' if errors > 1 else ''}" if errors else "no error finding"
-    return f"dsdoctor watch: exit {exit_code(findings)} ({why})"
+    code = exit_code(findings)
+    if failed_fate:
+        why += f"; the logs' verdict: {failed_fate}"
+        code = 1
+    return f"dsdoctor watch: exit {code} ({why})"
+
+
+def failed_fate(report: Report | None) -> str:
+    """The logs' verdict when it says the run failed (exit 1), else ""."""
+    if report is None or report.verdict is None or not report.verdict.error:
+        return ""
+    return report.verdict.fate
 
 
 # ------------------------------------------------------------------ to the report's subprocess

@@ -10,13 +10,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from dsdoctor.model import Finding
+from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
 from dsdoctor.safeio import one_line
 from dsdoctor.watch.follow import Follower
 from dsdoctor.watch.hang import (
     StallSeen,
+    analysis_lines,
     exit_code,
+    failed_fate,
     hang_finding,
     stack_lines,
     summary_lines,
@@ -137,8 +139,12 @@ class PlainWatch:
     def report(self) -> None:
         events = self.follower.take_events()
         for kind, ev, _ in events:
+            # the rank that printed it (its [rankN]: prefix, a rank field, a per-rank file): a
+            # rank that fails first is named as its line arrives, before the others' consequences
+            rank = f"[rank {ev.rank}] " if ev.rank is not None else ""
             # redact the whole line, then cut, then neutralize: no half token, no control sequence
-            self.say(f"{one_line(ev.location)}: {kind}: {one_line(self.red.cut(ev.text, 200))}")
+            self.say(f"{one_line(ev.location)}: {kind}: {rank}"
+                     f"{one_line(self.red.cut(ev.text, 200))}")
         for t in self.follower.tailers:
             # rotations, truncations and a path that went away: said once, on stderr
             for note in t.notes:
@@ -189,7 +195,10 @@ class PlainWatch:
                 self.say(f"progress resumed after {change.stalled_for:.0f}s stalled "
                          f"({last.location})")
             if self.stall_seen is not None:
-                self.stall_seen = self.stall_seen.resumed(change.stalled_for)
+                before = self.stall_seen.status.last
+                by_output = last is None or (before is not None and
+                                             last.location == before.location)
+                self.stall_seen = self.stall_seen.resumed(change.stalled_for, by_output)
             return
         self.say(self.red.text(change.status.describe()))
         self.attach_from_log(say=False)  # the launcher's lines may have come after the start
@@ -200,29 +209,44 @@ class PlainWatch:
                 self.say(self.red.text(line))
         self.stall_seen = seen_stall(change.status, dump)
 
-    def watch_extra(self) -> list[Finding]:
-        """watch's own findings: the hang it saw (with its stacks), host RAM past the alert."""
+    def watch_extra(self, failed: bool = False) -> list[Finding]:
+        """watch's own findings: the hang it saw (with its stacks), host RAM past the alert.
+        ``failed``: the command failed (a stall its timeout ended stays a hang)."""
         extra = []
         if self.stall_seen is not None:
-            extra.append(hang_finding(self.stall_seen, self.follower.stall.status()))
+            extra.append(hang_finding(self.stall_seen, self.follower.stall.status(), failed))
         if self._ram_alert is not None:
             extra.append(self._ram_alert)
         return extra
 
-    def summarize(self, findings: Sequence[Finding]) -> int:
-        """The summary on exit (the hang first) and the exit code it carries."""
-        shown = watch_findings(findings, self.watch_extra())
-        for line in summary_lines(shown):
+    def summarize(self, findings: Sequence[Finding], report: Report | None = None,
+                  failed: bool = False, stopped: bool = False) -> int:
+        """The summary on exit (the analysis's verdict and ranks, then the hang and the other
+        findings) and the exit code it carries. ``stopped``: watch stopped the command."""
+        shown = watch_findings(findings, self.watch_extra(failed))
+        fate = failed_fate(report)
+        for line in summary_lines(shown, head=analysis_lines(report, stopped), failed_fate=fate):
             self.say(one_line(self.red.text(line)))
-        return exit_code(shown)
+        return max(exit_code(shown), 1 if fate else 0)
+
+    def analysis(self) -> Report | None:
+        """``analyze`` on the logs read: the verdict and the per-rank table for the summary."""
+        from dsdoctor.diagnose.pipeline import analyze  # noqa: PLC0415
+
+        try:
+            return analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths)))
+        except Exception as exc:  # noqa: BLE001 - the summary is said even when this fails
+            print(f"dsdoctor: warning: the final analysis failed ({exc}); the summary has "
+                  "watch's findings only", file=sys.stderr, flush=True)
+            return None
 
     def leave(self) -> int:
         """q-like exits (idle, Ctrl-C without a command): the findings so far, summarized."""
         self.follower.flush(final=True)  # a last line without its newline counts too
         state = self.follower.snapshot()
-        return max(self.worst, self.summarize(state.findings))
+        return max(self.worst, self.summarize(state.findings, self.analysis()))
 
-    def finish_command(self, status: ExitStatus) -> int:
+    def finish_command(self, status: ExitStatus, stopped: bool = False) -> int:
         """The command ended: read the rest of its log, then the analysis decides the exit code."""
         from dsdoctor.diagnose.pipeline import analyze  # noqa: PLC0415
 
@@ -232,7 +256,9 @@ class PlainWatch:
         self.report()
         self.say(f"command ended: {status.describe()} ({self.red.cut(' '.join(self.cmd), 200)})")
         report = analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths)))
-        code = max(report.exit_code, self.summarize(report.findings))
+        code = max(report.exit_code,
+                   self.summarize(report.findings, report, failed=status.returncode != 0,
+                                  stopped=stopped))
         if status.returncode != 0 and code == 0:
             # a run that failed is never called clean, even when its log names no cause
             self.say(f"the command failed ({status.describe()}) and the log shows no known cause;"
@@ -278,4 +304,4 @@ class PlainWatch:
             if status is None:
                 self.summarize(self.follower.snapshot().findings)
                 return 130
-            return self.finish_command(status)
+            return self.finish_command(status, stopped=True)
