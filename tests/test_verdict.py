@@ -176,6 +176,35 @@ def test_launcher_exit_on_a_signal_is_a_failure(line: str, start: str, source: s
     assert first.startswith(start), first
 
 
+#: Real fragments of other launchers' and trainers' endings (issue 19: patterns for the meaning).
+@pytest.mark.parametrize(("text", "start", "source"), [
+    # MPICH / Intel MPI Hydra's box: the signal comes from its EXIT STRING line
+    ("=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 9665 RUNNING AT NeuroRTX6000\n"
+     "=   EXIT CODE: 9\n=   CLEANING UP REMAINING PROCESSES\n"
+     "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n",
+     "KILLED: a rank was killed by SIGKILL", "openai/jukebox#155"),
+    ("Primary job  terminated normally, but 1 process returned\n"
+     "a non-zero exit code. Per user-direction, the job has been aborted.\n",
+     "FAILED: a rank exited non-zero", "horovod/horovod#1421"),
+    ("ssh: Could not resolve hostname lm-horovod-job-worker-5.lm-horovod-job: Name or service not known\n"
+     "ORTE was unable to reliably start one or more daemons.\n",
+     "FAILED: the run could not start: the launcher could not ssh to a node", "volcano-sh/volcano#2226"),
+    ("bash: orted: command not found\nORTE was unable to reliably start one or more daemons.\n",
+     "FAILED: the run could not start", "horovod/horovod#1021"),
+    ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding. Try "
+     "lowering the learning rate, using gradient clipping or increasing the batch size.\n",
+     "FAILED: the fp16 loss scale collapsed", "facebookresearch/fairseq#1529"),
+])
+def test_mpi_and_fairseq_endings_get_their_fate(text: str, start: str, source: str, tmp_path,
+                                               capsys) -> None:
+    log = tmp_path / "ending.log"
+    log.write_text(text, encoding="utf-8")
+    code, out = _cli(["analyze", str(log), "--color", "never"], capsys)
+    assert code == 1, source
+    first = out.splitlines()[0]
+    assert first.startswith(start), (source, first)
+
+
 #: what slurmstepd 22.05.8 wrote into a batch job's output when the job was scancel'ed (run here)
 SCANCEL_LINE = "slurmstepd-localhost: error: *** JOB 2 ON localhost CANCELLED AT 2026-11-28T11:42:44 ***"
 #: a preempted job: the step's plain cancel, then the job's with its reason (facebookincubator/submitit#1613)
