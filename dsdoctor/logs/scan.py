@@ -279,6 +279,7 @@ class Scanner:
         items = heapq.merge(hits, samples, key=_OFFSET) if samples else hits
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
+        last_whole: tuple[int, int, int, int] | None = None  # _segment_at of a whole segment
         symptom = self._symptom_flags(patterns)
         for item in items:
             off, idx = item[0], item[1]
@@ -293,8 +294,16 @@ class Scanner:
                 if ev.rank is not None:
                     self.ranks.add("timeline", "", name, line, seg.text, ev.rank, values)
                 continue
-            line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
-            cur_line = (line_start, line_end)
+            if last_whole is not None and last_whole[1] <= off < last_whole[2]:
+                # another pattern's hit in the segment of the last hit, a whole one (not a
+                # window of a huge line): most lines of a big log hold several candidates
+                line_start, seg_start, seg_end, line_end = last_whole
+            else:
+                line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
+                cur_line = (line_start, line_end)
+                whole = ((seg_start == line_start or buf[seg_start - 1] == 13)
+                         and (seg_end == line_end or buf[seg_end] == 13))
+                last_whole = (line_start, seg_start, seg_end, line_end) if whole else None
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
