@@ -469,3 +469,93 @@ def test_a_full_disk_is_an_error_and_leaves_the_old_file_whole(tmp_path: Path) -
                            stderr=subprocess.PIPE, text=True, timeout=120,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and "No space left on device" in r.stderr
+
+
+# A child that counts, per log named on the command line, the opens (audit events, whatever
+# opens it: open(), os.open, fdopen) and the stat/fstat calls of one analyze.
+_COUNT_SYSCALLS = r"""
+import collections, os, sys
+logs = set(sys.argv[1:])
+opens = collections.Counter()
+stats = collections.Counter()
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0] in logs:
+        opens[args[0]] += 1
+sys.addaudithook(hook)
+real_stat, real_fstat = os.stat, os.fstat
+def counted_stat(path, *a, **k):
+    if isinstance(path, str) and path in logs:
+        stats["stat"] += 1
+    return real_stat(path, *a, **k)
+def counted_fstat(fd):
+    stats["fstat"] += 1
+    return real_fstat(fd)
+os.stat, os.fstat = counted_stat, counted_fstat
+from dsdoctor.cli.main import main
+try:
+    main(["analyze", *sys.argv[1:], "--format", "json", "-o",
+          os.path.join(os.path.dirname(sys.argv[1]), "out.json")])
+except SystemExit:
+    pass
+print(max(opens.values()), sum(opens.values()), stats["stat"], stats["fstat"])
+"""
+
+
+def test_each_log_argument_is_opened_twice_and_stat_bounded(tmp_path: Path) -> None:
+    """100,000 log arguments cost about 0.6 ms each: every log was stat'ed for a folder, stat'ed
+    again and opened through a buffered file (fstat, ioctl, lseek, two reads) for a Flight
+    Recorder dump, stat'ed again by the reader for a folder. Counted per log: two opens (the
+    dump check's and the scan's), three stats (folder, -o against the inputs, the run's age)."""
+    n = 200
+    logs = []
+    for i in range(n):
+        p = tmp_path / f"rank{i}.log"
+        p.write_text(OOM + "\n" if i == 7 else "hello world\n")
+        logs.append(str(p))
+    r = subprocess.run([sys.executable, "-c", _COUNT_SYSCALLS, *logs], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    most, opens, stats, fstats = map(int, r.stdout.split())
+    assert most == 2 and opens == 2 * n, r.stdout
+    assert stats <= 3 * n, r.stdout  # was 4 per log
+    assert fstats <= 2 * n + 50, r.stdout  # the dump check's and the reader's
+
+
+def test_distinct_oom_values_cost_one_segment_and_one_size_parse_each(tmp_path: Path,
+                                                                        monkeypatch) -> None:
+    """10^6 OOM lines, each with its own size, took about 0.3 ms each: each of the line's seven
+    candidate patterns looked its segment up again, and every size ("79.15 GiB", the same on
+    every line) was parsed by a regex again. Counted: one segment look-up per line, one size
+    parse per distinct size; the symptom still counts every line and keeps a bounded handful."""
+    from dsdoctor.logs import aggregate, scan
+    from dsdoctor.logs import formats as fmt
+
+    n = 3000
+    log = tmp_path / "oom.log"
+    log.write_text("".join(
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {i + 1} MiB. GPU 0 has a "
+        "total capacity of 79.15 GiB of which 1.2 GiB is free.\n" for i in range(n)))
+    segments = []
+    real_segment_at = scan._segment_at
+
+    def counted_segment_at(*a, **k):
+        segments.append(1)
+        return real_segment_at(*a, **k)
+
+    parses = []
+
+    class CountedSizeRe:
+        def match(self, text: str):
+            parses.append(text)
+            return real_size_re.match(text)
+
+    real_size_re = fmt._SIZE_RE
+    monkeypatch.setattr(scan, "_segment_at", counted_segment_at)
+    monkeypatch.setattr(fmt, "_SIZE_RE", CountedSizeRe())
+    fmt._bytes_value.cache_clear()  # sizes parsed by earlier tests
+    result = scan.scan_files([str(log)])
+    oom = next(s for s in result.symptoms.values() if s.kind == "gpu-oom")
+    assert oom.count == n and len(oom.evidence) <= aggregate.MAX_EVIDENCE
+    assert oom.values["tried_bytes"]["max"] == n * 1024 ** 2
+    assert len(segments) <= n + 10, len(segments)  # was 9 per line
+    assert len(parses) <= n + 10, len(parses)  # was 3 per line: total and free repeat

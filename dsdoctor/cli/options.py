@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from dsdoctor.facts import envnodes
 from dsdoctor.facts.inputs import AnalysisInputs
@@ -55,7 +54,7 @@ def inputs_from(args: argparse.Namespace) -> AnalysisInputs:
     traces = list(getattr(args, "trace", None) or [])
     if traces or getattr(args, "trace", None) is not None:
         # analyze: a Flight Recorder dump given as a LOG is read as one (never as text)
-        dumps = [p for p in logs if p != "-" and os.path.isfile(p) and looks_like_dump(p)]
+        dumps = [p for p in logs if p != "-" and looks_like_dump(p)]  # regular files only
         logs = [p for p in logs if p not in dumps]
         traces += dumps
     env_arg = getattr(args, "env", None)

@@ -251,8 +251,6 @@ def _sniff(path: str, head: bytes) -> None:
 def _open_file(path: str, wait_for_writer: bool = True) -> tuple[BinaryIO, int | None]:
     """Open a path without blocking: regular files (with size), pipes and ttys (size None)."""
     shown = one_line(path)
-    if os.path.isdir(path):
-        raise UsageError(f"{shown}: is a directory; pass the log files in it (e.g. {shown}/*.log)")
     try:
         # O_NONBLOCK: opening a FIFO with no writer must not hang (it reads as empty instead).
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
@@ -262,7 +260,10 @@ def _open_file(path: str, wait_for_writer: bool = True) -> tuple[BinaryIO, int |
         raise UsageError(f"{shown}: permission denied; make it readable") from None
     except (OSError, ValueError) as exc:
         raise UsageError(f"{shown}: cannot open ({getattr(exc, 'strerror', None) or exc})") from None
-    st = os.fstat(fd)
+    st = os.fstat(fd)  # a folder opens too (read-only): told by this fstat, no stat before
+    if stat.S_ISDIR(st.st_mode):
+        os.close(fd)
+        raise UsageError(f"{shown}: is a directory; pass the log files in it (e.g. {shown}/*.log)")
     if stat.S_ISREG(st.st_mode):
         size: int | None = st.st_size
     elif stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode) or os.isatty(fd):

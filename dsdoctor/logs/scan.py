@@ -9,9 +9,11 @@ to the precise patterns. Every chunk keeps a look-ahead tail so that patterns wi
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import itertools
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -27,6 +29,7 @@ from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
 from dsdoctor.logs.reader import OpenedLog, Segment, local_rank_from_path, normalize, open_log, rank_from_filename
 from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
+from dsdoctor.redact.redactor import redact_wrapped_line, secret_word
 
 #: A scan's progress: (file name, bytes read so far, its size or None when unknown).
 ProgressFn = Callable[[str, int, "int | None"], None]
@@ -42,6 +45,17 @@ TIMELINE_TARGET_POINTS = 1000  # sampled windows per file (evenly spaced by byte
 TIMELINE_WINDOW_MISSES = 4  # candidates a timeline pattern's regex may refuse in one window
 TIMELINE_WINDOW_BYTES = 4 << 10
 TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 KiB
+# A hard wrap (a terminal or a paste at 80 columns) may split a token between two lines: the
+# text around a line whose edge is glued to its neighbour's, read to join the token (the longest
+# token shapes are a few hundred characters; a JWT wrapped at 20 columns spans 15 lines).
+WRAP_CONTEXT_BYTES = 1024
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~")
+_WORD_STR = "".join(sorted(_WORD_CHARS))
+_WORD_BYTES_STR = _WORD_STR.encode("ascii")
+_LINE_END_BYTES = b"\r\n"
+# the start of a next line that may continue a word: blanks and a rank prefix, then the word
+_WRAP_HEAD_BYTES = re.compile(rb"[ \t]*+(?:\[rank\d++\]:[ \t]*+|\d++:[ \t]++)?"
+                              rb"([A-Za-z0-9_\-+/=.~]++)")
 
 
 @dataclass
@@ -87,6 +101,9 @@ class Scanner:
         self._huge_line: tuple[str, int] | None = None
         self._huge_matched: dict[str, int] = {}
         self._huge_skipped: dict[tuple[str, int, str], int] = {}
+        # per log, the bytes before its buffer's first line (the end of the chunk scanned last),
+        # for a token wrapped across a chunk cut (see _unwrapped)
+        self._wrap_carry: dict[str, bytes] = {}
 
     # -- public -------------------------------------------------------------------------------
     def scan_path(self, path: str, on_event: Callable[[str, Evidence, dict], None] | None = None
@@ -197,6 +214,7 @@ class Scanner:
         file_local = file_rank is None and local_rank_from_path(name) is not None
         if file_local:
             file_rank = local_rank_from_path(name)
+        self._wrap_carry.pop(name, None)
         # One buffer, reused across chunks and files: a fresh (zero-filled) 8 MiB per file made
         # 100,000 small logs cost 3 ms each before a byte was read (issue 24).
         buf = self._reusable_buffer()
@@ -258,6 +276,7 @@ class Scanner:
                                       file_rank, on_event, file_local)
             rest = have - cut
             consumed += cut
+            self._wrap_carry[name] = bytes(buf[max(0, cut - WRAP_CONTEXT_BYTES):cut])
             if rest:
                 buf[0:rest] = buf[cut:have]
             have = rest
@@ -283,6 +302,7 @@ class Scanner:
         items = heapq.merge(hits, samples, key=_OFFSET) if samples else hits
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
+        last_whole: tuple[int, int, int, int] | None = None  # _segment_at of a whole segment
         symptom = self._symptom_flags(patterns)
         for item in items:
             off, idx = item[0], item[1]
@@ -298,8 +318,16 @@ class Scanner:
                     self.ranks.add("timeline", "", name, line, seg.text, ev.rank, values,
                                    local=seg.local_rank if seg.rank is not None else file_local)
                 continue
-            line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
-            cur_line = (line_start, line_end)
+            if last_whole is not None and last_whole[1] <= off < last_whole[2]:
+                # another pattern's hit in the segment of the last hit, a whole one (not a
+                # window of a huge line): most lines of a big log hold several candidates
+                line_start, seg_start, seg_end, line_end = last_whole
+            else:
+                line_start, seg_start, seg_end, line_end = _segment_at(buf, off, have, cur_line)
+                cur_line = (line_start, line_end)
+                whole = ((seg_start == line_start or buf[seg_start - 1] == 13)
+                         and (seg_end == line_end or buf[seg_end] == 13))
+                last_whole = (line_start, seg_start, seg_end, line_end) if whole else None
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
@@ -317,6 +345,8 @@ class Scanner:
                 seg = last_seg[2]
             else:
                 seg = normalize(bytes(buf[seg_start:seg_end]))
+                if seg_start == line_start and seg_end == line_end:
+                    seg = self._unwrapped(name, seg, buf, line_start, line_end, have)
                 last_seg = (seg_start, seg_end, seg)
             wanted = pat.lines_wanted(seg.text) if pat.join_next or pat.join_continued else 0
             if wanted:
@@ -347,6 +377,48 @@ class Scanner:
         elif pos > cut:  # a timeline window that starts before cut may end after it
             line -= count(b"\n", cut, pos)
         return line
+
+    def _unwrapped(self, name: str, seg: Segment, buf, line_start: int, line_end: int,
+                   have: int) -> Segment:
+        """``seg`` (a whole line) with a token that a hard wrap split between it and the lines
+        around it redacted (redact_wrapped_line): the evidence and its values are redacted
+        line by line later, where neither half of the token is recognised. Only the words at
+        the line's edges and their neighbours' are looked at, unless one of the joined words is
+        a secret (or a neighbour is one word that may go on further)."""
+        text = seg.text
+        if not text:
+            return seg
+        nxt = line_end + 1
+        stop = min(have, nxt + WRAP_CONTEXT_BYTES)
+        suspect = False
+        if text[-1] in _WORD_CHARS and nxt < have:
+            m = _WRAP_HEAD_BYTES.match(buf, nxt, stop)
+            if m is not None:
+                end = m.end(1)
+                tail = text[len(text.rstrip(_WORD_STR)):]
+                suspect = (end == stop or buf[end] in _LINE_END_BYTES
+                           or secret_word(tail + m.group(1).decode("ascii")))
+        # the previous line, when the buffer starts with this one: the end of the last chunk
+        carry = self._wrap_carry.get(name, b"")[:-1] if line_start == 0 else b""
+        if not suspect and text[0] in _WORD_CHARS and (line_start > 0 or carry):
+            prev = (carry if line_start == 0
+                    else bytes(buf[max(0, line_start - 1 - WRAP_CONTEXT_BYTES):line_start - 1]))
+            prev = prev.rstrip(b"\r")
+            word = prev[len(prev.rstrip(_WORD_BYTES_STR)):]
+            if word:
+                whole = len(word) == len(prev) or prev[-len(word) - 1] in _LINE_END_BYTES
+                suspect = whole or secret_word(
+                    word.decode("ascii") + text[:len(text) - len(text.lstrip(_WORD_STR))])
+        if not suspect:
+            return seg
+        before = ""
+        if line_start > 0 or carry:
+            before = (carry if line_start == 0 else bytes(
+                buf[max(0, line_start - 1 - WRAP_CONTEXT_BYTES):line_start - 1])).decode(
+                "utf-8", "replace")
+        after = bytes(buf[nxt:stop]).decode("utf-8", "replace") if nxt < have else ""
+        out = redact_wrapped_line(text, before, after)
+        return seg if out == text else dataclasses.replace(seg, text=out)
 
     def _over_line_cap(self, name: str, line: int, pid: str, buf, line_start: int,
                        seg_start: int, seg_end: int, line_end: int) -> bool:
@@ -567,6 +639,7 @@ class TailScanner:
                                  s.engine_full.candidates(self._buf, cut))
         self._line = s._process(self.name, self._buf, cut, len(self._buf), hits, [], s.patterns,
                                 self._line, self._rank, self.on_event)
+        s._wrap_carry[self.name] = self._buf[max(0, cut - WRAP_CONTEXT_BYTES):cut]
         self._buf = self._buf[cut:]
 
     def result(self) -> ScanResult:

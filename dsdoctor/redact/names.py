@@ -20,6 +20,8 @@ _SECRET_ENDINGS = (
     "secretkey", "privatekey", "accountkey", "sharedaccesskey", "signingkey", "sessionkey",
     "masterkey", "encryptionkey", "clientkey", "credential", "credentials", "creds", "auth",
     "authorization", "cookie", "signature",
+    # Datadog's application key ("app_key" in datadog.initialize() and datadog.yaml)
+    "appkey", "applicationkey",
 )
 # "..._key_id" / "..._secret_id": the id of a credential is part of the credential.
 _SECRET_ID_ENDINGS = ("accesskeyid", "privatekeyid", "secretid")

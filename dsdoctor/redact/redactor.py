@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -147,6 +148,39 @@ def _join_wrapped(text: str) -> str:
                 lines[k] = lines[k][:start] + REDACTED + lines[k][end:]
         i += 1
     return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=1024)  # a log repeats its line ends and starts
+def secret_word(word: str) -> bool:
+    """Whether a word joined across a wrap is (or holds) a secret that a format recognises."""
+    return len(word) >= 16 and redact_formats("# " + word) != "# " + word
+
+
+def redact_wrapped_line(line: str, before: str, after: str) -> str:
+    """``line``, one line of a log that is redacted on its own, with the piece of a token that a
+    hard wrap split between it and its neighbours replaced by the marker. ``before`` is the text
+    just before the line (its last lines, without the line break that ends them), ``after`` the
+    text just after it. Only a joined word that a secret format recognises is touched, so
+    ordinary wrapped text stays; a line whose edges join nothing costs two short matches."""
+    suspect = False
+    if after:
+        tail = _WRAP_TAIL.search(line)
+        first = after.split("\n", 1)[0].rstrip("\r")
+        head = _WRAP_HEAD.match(first) if tail is not None else None
+        if tail is not None and head is not None:
+            # a next line that is one word may go on on the line after it: joined in full
+            suspect = head.end(1) == len(first) or secret_word(tail.group(0) + head.group(1))
+    if before and not suspect:
+        last = before.rsplit("\n", 1)[-1].rstrip("\r")
+        tail = _WRAP_TAIL.search(last)
+        head = _WRAP_HEAD.match(line) if tail is not None else None
+        if tail is not None and head is not None:
+            suspect = tail.start() == 0 or secret_word(tail.group(0) + head.group(1))
+    if not suspect:
+        return line
+    parts = ([before] if before else []) + [line] + ([after] if after else [])
+    at = before.count("\n") + 1 if before else 0
+    return _join_wrapped("\n".join(parts)).split("\n")[at]
 
 
 def _redact_once(text: str) -> str:

@@ -127,6 +127,7 @@ class Pattern:
             raw = groups[pos]
             if raw is None:
                 continue
+            val: Any
             try:  # the common case first: plain digits (convert() gives the same value)
                 if typ == "float":
                     val = float(raw)
@@ -134,6 +135,8 @@ class Pattern:
                         val = math.nan
                 elif typ == "int":
                     val = int(raw)
+                elif typ == "bytes":
+                    val = _bytes_value(raw)
                 else:
                     val = convert(raw, typ)
             except ValueError:
@@ -206,17 +209,28 @@ def convert(raw: str, typ: str) -> Any:
             # containers compare identical objects as equal), e.g. the two engines' timelines
             return math.nan if v != v else v
         if typ == "bytes":
-            m = _SIZE_RE.match(raw)
-            if not m:
-                return None
-            unit = (m.group(2) or "").lower()
-            power = _UNIT_POWER.get(unit, _UNIT_POWER.get(unit[:1], 0))
-            return int(float(m.group(1)) * 1024 ** power)
+            return _bytes_value(raw)
         if typ == "bool":
             return raw.lower() in ("true", "1", "yes", "on")
     except (ValueError, OverflowError):
         return None
     return raw
+
+
+# A size seen once is usually seen again (an OOM message's total and free memory repeat on
+# every line of a million-line log); parsing one costs a regex and a float, a hit a dict look-up.
+@functools.lru_cache(maxsize=4096)
+def _bytes_value(raw: str) -> int | None:
+    """``raw`` ("2.40 GiB", "0 bytes", "978.00 MiB") in bytes, or None when it is no size."""
+    m = _SIZE_RE.match(raw)
+    if not m:
+        return None
+    unit = (m.group(2) or "").lower()
+    power = _UNIT_POWER.get(unit, _UNIT_POWER.get(unit[:1], 0))
+    try:
+        return int(float(m.group(1)) * 1024 ** power)
+    except OverflowError:  # "1e999 GiB"
+        return None
 
 
 def _check_keys(obj: dict, allowed: set[str], where: str) -> None:
