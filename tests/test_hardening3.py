@@ -559,3 +559,88 @@ def test_distinct_oom_values_cost_one_segment_and_one_size_parse_each(tmp_path: 
     assert oom.values["tried_bytes"]["max"] == n * 1024 ** 2
     assert len(segments) <= n + 10, len(segments)  # was 9 per line
     assert len(parses) <= n + 10, len(parses)  # was 3 per line: total and free repeat
+
+
+def test_lines_differing_only_in_numbers_run_each_regex_once_per_shape(tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """10^6 OOM lines, each with its own size, ran about seven precise regexes on every line
+    (two of them refusing it, about 5 us each). A regex that tells no digit from another
+    (formats/digits.py) runs once per line shape (digits masked); each line's values are read
+    at the spans found. Counted: regex searches per log, not per line; every count and value
+    stays exact."""
+    from collections import Counter
+
+    from dsdoctor.logs import scan
+    from dsdoctor.logs.formats import Pattern
+
+    n = 3000
+    log = tmp_path / "oom.log"
+    log.write_text("".join(
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {i + 1} MiB. GPU 0 has a "
+        "total capacity of 79.15 GiB of which 1.2 GiB is free.\n" for i in range(n)))
+    searches: Counter[str] = Counter()
+    compiled = Pattern.regex.fget
+
+    class CountedRegex:
+        def __init__(self, pattern_id: str, regex) -> None:
+            self.pattern_id, self.regex = pattern_id, regex
+
+        def search(self, text: str):
+            searches[self.pattern_id] += 1
+            return self.regex.search(text)
+
+        def __getattr__(self, name: str):
+            return getattr(self.regex, name)
+
+    monkeypatch.setattr(Pattern, "regex", property(lambda p: CountedRegex(p.id, compiled(p))))
+    result = scan.scan_files([str(log)], jobs=1)
+    kinds = {s.kind: s for s in result.symptoms.values()}
+    assert {k: kinds[k].count for k in ("gpu-oom", "python-exception", "error-line")} == {
+        "gpu-oom": n, "python-exception": n, "error-line": n}
+    oom = kinds["gpu-oom"].values
+    assert oom["tried_bytes"]["min"] == 1024 ** 2 and oom["tried_bytes"]["max"] == n * 1024 ** 2
+    assert oom["tried_bytes"]["last"] == n * 1024 ** 2 and oom["tried_bytes"]["count"] == n
+    assert {"error-exception-bare", "error-line-prefix", "torch-cuda-oom"} <= set(searches)
+    # sizes of 1 to 4 digits: 4 shapes, each regex once per shape (was once per line: 21,000)
+    assert max(searches.values()) == 4 and sum(searches.values()) <= 40, searches
+
+
+def _with_other_digits(text: str) -> str:
+    return text.translate(str.maketrans("0123456789", "7894561230"))
+
+
+def test_digit_blind_patterns_read_the_same_values_at_a_sibling_lines_spans() -> None:
+    """The shape cache's premise, on every real sample: a digit-blind pattern matches a line
+    with other digits in the same places alike, and the values read at those spans are the
+    ones its own match gives."""
+    from dsdoctor.logs.formats import load_patterns
+
+    checked = 0
+    for pat in load_patterns():
+        if not pat.digit_blind:
+            continue
+        for sample in pat.samples:
+            line = sample["line"]
+            for other in (_with_other_digits(line), line.translate(str.maketrans(
+                    "123456789", "000000000"))):
+                spans = pat.spans(other)
+                assert (spans is None) == (pat.match(line) is None), (pat.id, line)
+                if spans is not None:
+                    assert pat.values_at(line, spans) == pat.match(line), (pat.id, line)
+                    checked += 1
+    assert checked > 200
+
+
+@pytest.mark.parametrize(("regex", "blind"), [
+    (r"Tried to allocate (?P<n>\d+(?:\.\d+)?) [KMG]iB", True),
+    (r"[\w.]+Error: (?P<m>.*\S)", True),
+    (r"exit status [1-9]", False),  # 0 is refused, 1 is not
+    (r"rank 0\b", False),
+    (r"[^0-5]x", False),
+    (r"(\d)\1", False),  # a back-reference compares the digits themselves
+    (r"(?<!\d)[0-9a-f]{8}(?=\s)", True),
+])
+def test_digit_blindness_is_decided_from_the_regex(regex: str, blind: bool) -> None:
+    from dsdoctor.logs.formats.digits import is_digit_blind
+
+    assert is_digit_blind(regex) is blind

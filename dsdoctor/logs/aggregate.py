@@ -111,7 +111,7 @@ class SymptomAggregator:
                     continue
                 lst = st.texts.setdefault(name, [])
                 sval = str(val)
-                if sval not in lst and len(lst) < MAX_TEXT_VALUES:
+                if len(lst) < MAX_TEXT_VALUES and sval not in lst:  # a full list: no search
                     lst.append(sval)
                 continue
             if name == "rank":

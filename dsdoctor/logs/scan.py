@@ -49,6 +49,10 @@ TIMELINE_UNKNOWN_SIZE_STRIDE = 512 << 10  # stdin and gzip: one window per 512 K
 # text around a line whose edge is glued to its neighbour's, read to join the token (the longest
 # token shapes are a few hundred characters; a JWT wrapped at 20 columns spans 15 lines).
 WRAP_CONTEXT_BYTES = 1024
+# Line shapes whose pattern outcomes are kept (_shape_of), and the longest segment that gets one
+# (a longer one is matched as it is): at most about 16 MB of keys per pattern list.
+MAX_SHAPES = 4096
+MAX_SHAPE_BYTES = 4096
 _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/=.~")
 _WORD_STR = "".join(sorted(_WORD_CHARS))
 _WORD_BYTES_STR = _WORD_STR.encode("ascii")
@@ -304,6 +308,10 @@ class Scanner:
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
         last_whole: tuple[int, int, int, int] | None = None  # _segment_at of a whole segment
         symptom = self._symptom_flags(patterns)
+        shapes = self._shape_cache(patterns)
+        # the last whole segment's shape (_Shape), or None; and the patterns its shape refused
+        shape: _Shape | None = None
+        refused: set[int] | frozenset[int] = _NONE_REFUSED
         for item in items:
             off, idx = item[0], item[1]
             if len(item) > 2:  # a sampled timeline point: (offset, pattern index, segment, values)
@@ -328,9 +336,22 @@ class Scanner:
                 whole = ((seg_start == line_start or buf[seg_start - 1] == 13)
                          and (seg_end == line_end or buf[seg_end] == 13))
                 last_whole = (line_start, seg_start, seg_end, line_end) if whole else None
+                shape, refused = None, _NONE_REFUSED
+                if whole and seg_end - seg_start <= MAX_SHAPE_BYTES:
+                    # every hit of a whole segment reads its text: read it now, for its shape
+                    if not (last_seg is not None and last_seg[0] == seg_start
+                            and last_seg[1] == seg_end):
+                        seg = normalize(bytes(buf[seg_start:seg_end]))
+                        if seg_start == line_start and seg_end == line_end:
+                            seg = self._unwrapped(name, seg, buf, line_start, line_end, have)
+                        last_seg = (seg_start, seg_end, seg)
+                    shape = _shape_of(shapes, last_seg[2].text)
+                    refused = shape.refused
             if line_start > pos:
                 line += count(b"\n", pos, line_start)
                 pos = line_start
+            if idx in refused:
+                continue  # a digit-blind pattern that refused this line's shape before
             pat = patterns[idx]
             key = (seg_start, idx)
             if key in seen:
@@ -351,6 +372,15 @@ class Scanner:
             wanted = pat.lines_wanted(seg.text) if pat.join_next or pat.join_continued else 0
             if wanted:
                 values = pat.match_lines(seg.text, _next_lines(buf, line_end, wanted, have))
+            elif shape is not None and pat.digit_blind:
+                spans = shape.spans.get(idx)
+                if spans is None:
+                    spans = pat.spans(seg.text)
+                    if spans is None:
+                        shape.refused.add(idx)
+                        continue
+                    shape.spans[idx] = spans
+                values = pat.values_at(seg.text, spans)
             else:
                 values = pat.match(seg.text)  # what match_lines does without lines to join
             if values is None:
@@ -377,6 +407,14 @@ class Scanner:
         elif pos > cut:  # a timeline window that starts before cut may end after it
             line -= count(b"\n", cut, pos)
         return line
+
+    def _shape_cache(self, patterns) -> dict[bytes, _Shape]:
+        """The line shapes seen with this pattern list (indexes differ between lists)."""
+        cache = self.__dict__.setdefault("_shapes", {})
+        got = cache.get(id(patterns))
+        if got is None or got[0] is not patterns:
+            got = cache[id(patterns)] = (patterns, {})
+        return got[1]
 
     def _unwrapped(self, name: str, seg: Segment, buf, line_start: int, line_end: int,
                    have: int) -> Segment:
@@ -520,6 +558,32 @@ class Scanner:
 
 
 _OFFSET = itemgetter(0)
+_NONE_REFUSED: frozenset[int] = frozenset()
+_DIGIT_MASK = bytes.maketrans(b"123456789", b"000000000")
+
+
+@dataclass
+class _Shape:
+    """What the digit-blind patterns (formats/digits.py) found on the lines of one shape (a
+    segment's text with its ASCII digits made 0): a log of a million lines that differ only in
+    their numbers runs each such regex once per shape, not once per line (issue 24). By pattern
+    index: the group spans of those that matched, the set of those that refused."""
+
+    spans: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    refused: set[int] = field(default_factory=set)
+
+
+def _shape_of(shapes: dict[bytes, _Shape], text: str) -> _Shape:
+    """The _Shape of ``text`` in ``shapes``; at most MAX_SHAPES are kept (when full, the oldest
+    half goes)."""
+    key = text.encode("utf-8", "surrogatepass").translate(_DIGIT_MASK)
+    shape = shapes.get(key)
+    if shape is None:
+        if len(shapes) >= MAX_SHAPES:
+            for old in list(itertools.islice(shapes, MAX_SHAPES // 2)):
+                del shapes[old]
+        shape = shapes[key] = _Shape()
+    return shape
 
 
 def _segment_at(buf, off: int, have: int, line: tuple[int, int] | None = None

@@ -151,6 +151,9 @@ def _join_wrapped(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)  # a log repeats its line ends and starts
+# The scanner asks this of every line whose edge is a word (twice: as one line's next and as
+# the next one's previous); a log repeating one line shape joins the same words on every line.
+@functools.lru_cache(maxsize=1024)
 def secret_word(word: str) -> bool:
     """Whether a word joined across a wrap is (or holds) a secret that a format recognises."""
     return len(word) >= 16 and redact_formats("# " + word) != "# " + word

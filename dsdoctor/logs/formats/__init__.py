@@ -11,9 +11,11 @@ import dataclasses
 import functools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsdoctor.logs.formats.digits import is_digit_blind
 from dsdoctor.model import SYMPTOM_KINDS
 
 FIELD_TYPES = ("int", "float", "str", "bytes", "bool")
@@ -106,11 +108,37 @@ class Pattern:
             object.__setattr__(self, "_compiled", compiled)
         return compiled
 
+    @property
+    def digit_blind(self) -> bool:
+        """Whether the precise regex treats all ASCII digits alike (digits.py), found on first
+        use (parsing every regex up front would slow every start)."""
+        blind = self.__dict__.get("_digit_blind")
+        if blind is None:
+            blind = is_digit_blind(with_unique_group_names(self.source),
+                                   re.IGNORECASE if self.caseless else 0)
+            object.__setattr__(self, "_digit_blind", blind)
+        return blind
+
     def match(self, text: str) -> dict[str, Any] | None:
         """Typed field values if the pattern matches ``text``, else None."""
         m = self.regex.search(text)
         if m is None:
             return None
+        return self._values(m.groups())
+
+    def spans(self, text: str) -> tuple[tuple[int, int], ...] | None:
+        """The (start, end) of each group of the match in ``text`` ((-1, -1): a group that took
+        no part), or None when the pattern does not match."""
+        m = self.regex.search(text)
+        return None if m is None else m.regs[1:]
+
+    def values_at(self, text: str, spans: tuple[tuple[int, int], ...]) -> dict[str, Any]:
+        """:meth:`match`'s values for ``text`` whose groups are at ``spans``: a digit-blind
+        pattern's spans on a line of the same shape (scan.py, _Shape)."""
+        return self._values([text[a:b] if a >= 0 else None for a, b in spans])
+
+    def _values(self, groups: Sequence[str | None]) -> dict[str, Any]:
+        """The typed field values of a match's groups."""
         fields = self.__dict__.get("_fields")
         if fields is None:
             # (name, position in m.groups(), type): groupdict() costs more than groups(), and
@@ -121,13 +149,15 @@ class Pattern:
                            for name, num in sorted(self.regex.groupindex.items(),
                                                    key=lambda item: item[1]))
             object.__setattr__(self, "_fields", fields)
-        groups = m.groups()
         out: dict[str, Any] = {}
         for name, pos, typ in fields:
             raw = groups[pos]
             if raw is None:
                 continue
             val: Any
+            if typ == "str":  # convert()'s "str" case, without its call (most fields are text)
+                out[name] = raw.strip()
+                continue
             try:  # the common case first: plain digits (convert() gives the same value)
                 if typ == "float":
                     val = float(raw)
