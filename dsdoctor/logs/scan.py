@@ -312,6 +312,7 @@ class Scanner:
         # the last whole segment's shape (_Shape), or None; and the patterns its shape refused
         shape: _Shape | None = None
         refused: set[int] | frozenset[int] = _NONE_REFUSED
+        done: set[int] = set()  # patterns already matched on the shaped segment
         for item in items:
             off, idx = item[0], item[1]
             if len(item) > 2:  # a sampled timeline point: (offset, pattern index, segment, values)
@@ -337,6 +338,7 @@ class Scanner:
                          and (seg_end == line_end or buf[seg_end] == 13))
                 last_whole = (line_start, seg_start, seg_end, line_end) if whole else None
                 shape, refused = None, _NONE_REFUSED
+                done = set()
                 if whole and seg_end - seg_start <= MAX_SHAPE_BYTES:
                     # every hit of a whole segment reads its text: read it now, for its shape
                     if not (last_seg is not None and last_seg[0] == seg_start
@@ -353,36 +355,47 @@ class Scanner:
             if idx in refused:
                 continue  # a digit-blind pattern that refused this line's shape before
             pat = patterns[idx]
-            key = (seg_start, idx)
-            if key in seen:
-                continue
-            # before adding to the seen set: a capped huge line must not fill it with a
-            # million keys
-            if seg_end - seg_start < line_end - line_start and self._over_line_cap(
-                    name, line, pat.id, buf, line_start, seg_start, seg_end, line_end):
-                continue
-            seen.add(key)
-            if last_seg is not None and last_seg[0] == seg_start and last_seg[1] == seg_end:
-                seg = last_seg[2]
+            spans = shape.plans.get(idx) if shape is not None else None
+            if spans is not None:
+                # a pattern that matched this shape before: its values at the same spans (the
+                # checks below are settled for a whole segment and a pattern joining no lines)
+                if idx in done:
+                    continue
+                done.add(idx)
+                seg = last_seg[2]  # type: ignore[index]  # read with the shape
+                values = pat.values_at(seg.text, spans)
             else:
-                seg = normalize(bytes(buf[seg_start:seg_end]))
-                if seg_start == line_start and seg_end == line_end:
-                    seg = self._unwrapped(name, seg, buf, line_start, line_end, have)
-                last_seg = (seg_start, seg_end, seg)
-            wanted = pat.lines_wanted(seg.text) if pat.join_next or pat.join_continued else 0
-            if wanted:
-                values = pat.match_lines(seg.text, _next_lines(buf, line_end, wanted, have))
-            elif shape is not None and pat.digit_blind:
-                spans = shape.spans.get(idx)
-                if spans is None:
-                    spans = pat.spans(seg.text)
+                key = (seg_start, idx)
+                if key in seen:
+                    continue
+                # before adding to the seen set: a capped huge line must not fill it with a
+                # million keys
+                if seg_end - seg_start < line_end - line_start and self._over_line_cap(
+                        name, line, pat.id, buf, line_start, seg_start, seg_end, line_end):
+                    continue
+                seen.add(key)
+                if shape is not None:
+                    done.add(idx)
+                if last_seg is not None and last_seg[0] == seg_start and last_seg[1] == seg_end:
+                    seg = last_seg[2]
+                else:
+                    seg = normalize(bytes(buf[seg_start:seg_end]))
+                    if seg_start == line_start and seg_end == line_end:
+                        seg = self._unwrapped(name, seg, buf, line_start, line_end, have)
+                    last_seg = (seg_start, seg_end, seg)
+                wanted = pat.lines_wanted(seg.text) if pat.join_next or pat.join_continued else 0
+                if wanted:
+                    values = pat.match_lines(seg.text, _next_lines(buf, line_end, wanted, have))
+                elif shape is not None and pat.digit_blind:
+                    spans = pat.spans(seg.text)  # the shape's first line
                     if spans is None:
                         shape.refused.add(idx)
                         continue
-                    shape.spans[idx] = spans
-                values = pat.values_at(seg.text, spans)
-            else:
-                values = pat.match(seg.text)  # what match_lines does without lines to join
+                    if not (pat.join_next or pat.join_continued):
+                        shape.plans[idx] = spans
+                    values = pat.values_at(seg.text, spans)
+                else:
+                    values = pat.match(seg.text)  # what match_lines does without lines to join
             if values is None:
                 continue
             rank = values.get("rank")
@@ -567,9 +580,10 @@ class _Shape:
     """What the digit-blind patterns (formats/digits.py) found on the lines of one shape (a
     segment's text with its ASCII digits made 0): a log of a million lines that differ only in
     their numbers runs each such regex once per shape, not once per line (issue 24). By pattern
-    index: the group spans of those that matched, the set of those that refused."""
+    index: the group spans of those that matched (and join no lines), the set of those that
+    refused."""
 
-    spans: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    plans: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     refused: set[int] = field(default_factory=set)
 
 
