@@ -304,6 +304,7 @@ class Scanner:
         count = buf.count
         # hits and timeline samples in one pass of newline counting
         items = heapq.merge(hits, samples, key=_OFFSET) if samples else hits
+        sampled = bool(samples)
         cur_line: tuple[int, int] | None = None  # (start, end) of the line of the last hit
         last_seg: tuple[int, int, Segment] | None = None  # several patterns, one segment
         last_whole: tuple[int, int, int, int] | None = None  # _segment_at of a whole segment
@@ -315,7 +316,7 @@ class Scanner:
         done: set[int] = set()  # patterns already matched on the shaped segment
         for item in items:
             off, idx = item[0], item[1]
-            if len(item) > 2:  # a sampled timeline point: (offset, pattern index, segment, values)
+            if sampled and len(item) > 2:  # a sampled timeline point: (offset, pattern index, segment, values)
                 seg, values = item[2], item[3]
                 if off > pos:
                     line += count(b"\n", pos, off)
@@ -355,15 +356,15 @@ class Scanner:
             if idx in refused:
                 continue  # a digit-blind pattern that refused this line's shape before
             pat = patterns[idx]
-            spans = shape.plans.get(idx) if shape is not None else None
-            if spans is not None:
+            plan = shape.plans.get(idx) if shape is not None else None
+            if plan is not None:
                 # a pattern that matched this shape before: its values at the same spans (the
                 # checks below are settled for a whole segment and a pattern joining no lines)
                 if idx in done:
                     continue
                 done.add(idx)
                 seg = last_seg[2]  # type: ignore[index]  # read with the shape
-                values = pat.values_at(seg.text, spans)
+                values = pat.values_at(seg.text, plan)
             else:
                 key = (seg_start, idx)
                 if key in seen:
@@ -391,9 +392,10 @@ class Scanner:
                     if spans is None:
                         shape.refused.add(idx)
                         continue
+                    plan = pat.plan(spans)
                     if not (pat.join_next or pat.join_continued):
-                        shape.plans[idx] = spans
-                    values = pat.values_at(seg.text, spans)
+                        shape.plans[idx] = plan
+                    values = pat.values_at(seg.text, plan)
                 else:
                     values = pat.match(seg.text)  # what match_lines does without lines to join
             if values is None:
@@ -580,10 +582,10 @@ class _Shape:
     """What the digit-blind patterns (formats/digits.py) found on the lines of one shape (a
     segment's text with its ASCII digits made 0): a log of a million lines that differ only in
     their numbers runs each such regex once per shape, not once per line (issue 24). By pattern
-    index: the group spans of those that matched (and join no lines), the set of those that
-    refused."""
+    index: where the fields are in those that matched (and join no lines; Pattern.plan), the
+    set of those that refused."""
 
-    plans: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    plans: dict[int, tuple[tuple[str, int, int, str], ...]] = field(default_factory=dict)
     refused: set[int] = field(default_factory=set)
 
 

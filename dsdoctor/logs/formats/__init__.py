@@ -132,45 +132,50 @@ class Pattern:
         m = self.regex.search(text)
         return None if m is None else m.regs[1:]
 
-    def values_at(self, text: str, spans: tuple[tuple[int, int], ...]) -> dict[str, Any]:
-        """:meth:`match`'s values for ``text`` whose groups are at ``spans``: a digit-blind
-        pattern's spans on a line of the same shape (scan.py, _Shape)."""
-        return self._values([text[a:b] if a >= 0 else None for a, b in spans])
+    def plan(self, spans: tuple[tuple[int, int], ...]) -> tuple[tuple[str, int, int, str], ...]:
+        """(field name, start, end, type) of each field whose group took part in a match whose
+        groups are at ``spans`` (:meth:`spans`), in group order: what :meth:`values_at` reads."""
+        return tuple((name, spans[pos][0], spans[pos][1], typ)
+                     for name, pos, typ in self._field_positions() if spans[pos][0] >= 0)
 
-    def _values(self, groups: Sequence[str | None]) -> dict[str, Any]:
-        """The typed field values of a match's groups."""
+    def values_at(self, text: str, plan: tuple[tuple[str, int, int, str], ...]) -> dict[str, Any]:
+        """:meth:`match`'s values for ``text`` whose fields are where ``plan`` says: a
+        digit-blind pattern's plan on a line of the same shape (scan.py, _Shape)."""
+        out: dict[str, Any] = {}
+        for name, start, end, typ in plan:
+            raw = text[start:end]
+            if typ == "str":  # convert()'s "str" case, without its call (most fields are text)
+                out[name] = raw.strip()
+                continue
+            val = _typed(raw, typ)
+            if val is not None:
+                out[name] = val
+        return out
+
+    def _field_positions(self) -> tuple[tuple[str, int, str], ...]:
+        """(name, position in m.groups(), type) of each group, in group order: groupdict()
+        costs more than groups(), and this runs once per matched line (a million OVERFLOW
+        lines). In group order, so that of a repeated name the last group that took part wins."""
         fields = self.__dict__.get("_fields")
         if fields is None:
-            # (name, position in m.groups(), type): groupdict() costs more than groups(), and
-            # this runs once per matched line (a million OVERFLOW lines). In group order, so
-            # that of a repeated name the last group that took part wins.
             fields = tuple((name.split(DUPLICATE_MARK)[0], num - 1,
                             self.fields.get(name.split(DUPLICATE_MARK)[0], "str"))
                            for name, num in sorted(self.regex.groupindex.items(),
                                                    key=lambda item: item[1]))
             object.__setattr__(self, "_fields", fields)
+        return fields
+
+    def _values(self, groups: Sequence[str | None]) -> dict[str, Any]:
+        """The typed field values of a match's groups."""
         out: dict[str, Any] = {}
-        for name, pos, typ in fields:
+        for name, pos, typ in self._field_positions():
             raw = groups[pos]
             if raw is None:
                 continue
-            val: Any
             if typ == "str":  # convert()'s "str" case, without its call (most fields are text)
                 out[name] = raw.strip()
                 continue
-            try:  # the common case first: plain digits (convert() gives the same value)
-                if typ == "float":
-                    val = float(raw)
-                    if val != val:
-                        val = math.nan
-                elif typ == "int":
-                    val = int(raw)
-                elif typ == "bytes":
-                    val = _bytes_value(raw)
-                else:
-                    val = convert(raw, typ)
-            except ValueError:
-                val = convert(raw, typ)  # "1,024" and the like
+            val = _typed(raw, typ)
             if val is not None:
                 out[name] = val
         return out
@@ -196,6 +201,22 @@ class Pattern:
             if got is not None:
                 return got
         return None
+
+
+def _typed(raw: str, typ: str) -> Any:
+    """``raw`` as a value of type ``typ`` (not "str"), None when it does not parse: plain
+    digits first (convert() gives the same value)."""
+    try:
+        if typ == "float":
+            val = float(raw)
+            return math.nan if val != val else val
+        if typ == "int":
+            return int(raw)
+        if typ == "bytes":
+            return _bytes_value(raw)
+        return convert(raw, typ)
+    except ValueError:
+        return convert(raw, typ)  # "1,024" and the like
 
 
 def ends_continued(text: str) -> bool:
