@@ -644,3 +644,24 @@ def test_digit_blindness_is_decided_from_the_regex(regex: str, blind: bool) -> N
     from dsdoctor.logs.formats.digits import is_digit_blind
 
     assert is_digit_blind(regex) is blind
+
+
+def test_more_shapes_than_kept_give_the_same_findings(tmp_path: Path, monkeypatch) -> None:
+    """Past MAX_SHAPES the oldest half of the shapes goes: their lines are matched afresh, with
+    the same counts and values as with every shape kept."""
+    from dsdoctor.logs import scan
+
+    log = tmp_path / "oom.log"
+    log.write_text("".join(  # 1 to 5 digits in two places: 25 shapes
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {10 ** (i % 5) + i} MiB. "
+        f"GPU {10 ** (i // 5 % 5)} has a total capacity of 79.15 GiB of which 1.2 GiB is free.\n"
+        for i in range(500)))
+
+    def summary() -> dict:
+        result = scan.scan_files([str(log)], jobs=1)
+        return {s.kind: (s.count, s.values) for s in result.symptoms.values()}
+
+    every = summary()
+    monkeypatch.setattr(scan, "MAX_SHAPES", 4)
+    assert summary() == every
+    assert every["gpu-oom"][0] == 500
