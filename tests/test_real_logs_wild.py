@@ -47,6 +47,10 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
     ("python-exception__searchr1-38-grpo-validate-raytaskerror-actordied-blank-lines.log",
      "launcher-nonzero-exit"):
         "Ray's actor death is in the exception's message, blank lines apart from its type",
+    ("cpu-oom__chinesellamaalpaca2-92-loading-shards-glued-exitcode-minus-9-torchrun-traceback.log",
+     "launcher-nonzero-exit"):
+        "as firefly171: the -9 exit line is told as cpu-oom (a SIGKILL: fate killed), not a second "
+        "kind",
     ("launcher-nonzero-exit__llmc-amd2-train-gpt2amd-sigabrt-backtraces.log", "launcher-nonzero-exit"):
         "the paste shows Open MPI's signal handler and backtraces (error-line), not mpirun's exit "
         "line",
@@ -92,6 +96,12 @@ RETRY_MISSES: dict[str, str] = {
     "stopped__verl1860-grpo-absl-sigterm-received-at-time-pc-futexwaiter-frames.log":
         "a run stopped by SIGTERM carries on from a resume (yes, as collectors a-c labelled "
         "stopped runs); this label says unknown",
+    "job-time-limit__cbio256-pbs-mail-job-exceeded-walltime-aborted.log":
+        "DS118: a time limit with no checkpoint save in the log may be met again (unknown); the "
+        "label's no knows the job needs more than its 72 h, which the mail does not say",
+    "stopped__accelerate2724-peft-ds-steps-save-then-ctrl-c-sigkill-handler.log":
+        "the log shows a person's Ctrl-C before any failure (stopped: a resume carries on, yes); "
+        "that the run was stuck first is the user's word in the thread (unknown)",
 }
 RETRIABLE = ("yes", "no", "unknown")
 
