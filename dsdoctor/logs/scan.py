@@ -367,11 +367,13 @@ class Scanner:
             # the whole segment's text: the aggregator cuts only the evidence it keeps, and
             # makes an Evidence only for a line it keeps (most of a million hits are counted)
             if symptom[idx]:
-                self.symptoms.add_hit(pat.emits, pat.id, pat.strength, name, line, seg.text,
+                self.symptoms.add_hit(pat.tally_kind, pat.id, pat.strength, name, line, seg.text,
                                       rank, values)
             else:
                 self._emit(pat, Evidence(file=name, line=line, text=seg.text, rank=rank), values)
-            if on_event is not None:
+            # live watchers see only what always counts: a pattern counted only without others
+            # (counts_unless) would count twice with them before the scan knows (aggregate.py)
+            if on_event is not None and not pat.counts_unless:
                 on_event(pat.emits, finished(Evidence(file=name, line=line, text=seg.text,
                                                       rank=rank)), values)
         if cut > pos:
@@ -458,7 +460,7 @@ class Scanner:
         elif pat.is_fact:
             self.facts.add(pat.emits[5:], ev, values)
         else:
-            self.symptoms.add(pat.emits, pat.id, pat.strength, ev, values)
+            self.symptoms.add(pat.tally_kind, pat.id, pat.strength, ev, values)
 
     def _sample_timeline(self, buf, cut, have, consumed, stride, mark) -> tuple[list[tuple], int]:
         """Big files: read the timeline in small windows, one per ``stride`` bytes of the file.
