@@ -64,6 +64,11 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
         "checkpoint-save pattern knows it yet",
     ("checkpoint-error__softcot12-eval-then-save-checkpoint-traceback.log", "checkpoint-error"):
         "the traceback is cut before its exception: only the save frames say it was the checkpoint",
+    ("disk-full__simpletuner2353-lycoris-save-weights-safetensor-no-space-os-error-28.log",
+     "checkpoint-error"):
+        "found as disk-full; only the save frames (save_weights -> save_file) say it was the "
+        "checkpoint, and real_logs_extra's llamafactory5155 forbids checkpoint-error on the same "
+        "safetensors save error without frames",
 }
 
 

@@ -17,7 +17,8 @@ Order of precedence (the first that holds decides):
    the fatal causes of 2, in job-time-limit's place; a time limit is a failure); ``failed``: a
    Python exception that ended a rank or a launcher's non-zero exit.
 4. ``not-learning``: the run goes on but does not train: the fp16 loss scale collapsed, NaN/inf
-   loss, loss stuck at 0.0, or most optimizer steps skipped (``step=2000, skipped=1995``).
+   loss, loss stuck at 0.0, most optimizer steps skipped (``step=2000, skipped=1995``), or a
+   finite loss that climbed far above its minimum and stayed there (diagnose/divergence.py).
 5. ``failed`` with the cause not recognized: an error-like line that no pattern knows (an
    exception behind a prefix, a fatal signal, a launcher tearing the ranks down, a non-zero
    exit) after the last progress line; suggestive lines only (an ERROR record, a WARN that
@@ -35,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from dsdoctor.diagnose.divergence import diverged
 from dsdoctor.diagnose.fingerprint import fingerprint
 from dsdoctor.diagnose.ranks import rank_ranges
 from dsdoctor.logs.teardown import TEARDOWN_FACT
@@ -517,6 +519,10 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         reasons.append(f"the loss is exactly 0.0 ({zero.count} logged step(s) from line "
                        f"{zero.first.line})")
         ev.append(zero)
+    rise = diverged(timeline) if not reasons else None
+    if rise is not None:  # finite but climbing far above its minimum (diagnose/divergence.py)
+        return replace(verdict("not-learning", rise.phrase() + steps, cause=rise.last_at),
+                       evidence=(rise.low_at, rise.last_at), fingerprint=None)
     if reasons:
         where = steps if not progress.mostly_skipped else ""
         return verdict("not-learning", "; ".join(reasons) + where, *ev)
