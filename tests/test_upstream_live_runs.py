@@ -152,18 +152,27 @@ def _launcher(ds_python: str) -> list[str]:
     return [str(exe)] if exe.exists() else [ds_python, "-m", "deepspeed.launcher.runner"]
 
 
-def _launch_two_ranks(ds_python: str, tmp_path: Path, log_arg: str) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "rank_print.py"
-    script.write_text(RANK_PRINT_WORKER)
+def _launch(ds_python: str, tmp_path: Path, name: str, worker: str, ranks: int,
+            launcher_args: list[str], script_args: list[str],
+            timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """``worker`` written to ``tmp_path/name`` and run on ``ranks`` ranks by the deepspeed
+    launcher (gloo, its own port), the port's /dev/shm buffers removed afterwards."""
+    script = tmp_path / name
+    script.write_text(worker)
     port = _free_port()
     try:
         return subprocess.run(
-            [*_launcher(ds_python), "--num_gpus=2", f"--master_port={port}",
-             "--enable_each_rank_log", log_arg, str(script)],
-            capture_output=True, text=True, timeout=300, env=_child_env(port, one_rank=False),
+            [*_launcher(ds_python), f"--num_gpus={ranks}", f"--master_port={port}",
+             *launcher_args, str(script), *script_args],
+            capture_output=True, text=True, timeout=timeout, env=_child_env(port, one_rank=False),
             cwd=tmp_path)
     finally:
         _remove_shm_buffers(port)
+
+
+def _launch_two_ranks(ds_python: str, tmp_path: Path, log_arg: str) -> subprocess.CompletedProcess[str]:
+    return _launch(ds_python, tmp_path, "rank_print.py", RANK_PRINT_WORKER, 2,
+                   ["--enable_each_rank_log", log_arg], [])
 
 
 def test_enable_each_rank_log_writes_one_file_per_rank_into_a_directory(
@@ -323,16 +332,7 @@ def test_autotp_from_config_alone_counts_every_rank_in_the_batch_check(
     check counts both ranks (world_size 2) although they form one data-parallel replica, so
     train_batch_size 1 (micro x accumulation x ranks / TP) is refused and 2 is accepted and
     trains, with the layers really split over the two ranks."""
-    script = tmp_path / "autotp_batch.py"
-    script.write_text(AUTOTP_BATCH_WORKER)
-    port = _free_port()
-    try:
-        proc = subprocess.run(
-            [*_launcher(ds_python), "--num_gpus=2", f"--master_port={port}", str(script), "1,2"],
-            capture_output=True, text=True, timeout=300, env=_child_env(port, one_rank=False),
-            cwd=tmp_path)
-    finally:
-        _remove_shm_buffers(port)
+    proc = _launch(ds_python, tmp_path, "autotp_batch.py", AUTOTP_BATCH_WORKER, 2, [], ["1,2"])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     results = sorted(tmp_path.glob("result*.json"))
@@ -436,17 +436,8 @@ def test_hpz_with_optimizer_and_param_offload_trains_like_plain_zero3(
     same losses and gradient norms, the parameters moved by the same amount. What public threads
     report for GPUs (a loss stuck at 0.0 or a gradient norm of 0 with hpZ and offload) does not
     happen on DeepSpeed's CPU path."""
-    script = tmp_path / "hpz_offload.py"
-    script.write_text(HPZ_OFFLOAD_WORKER)
-    port = _free_port()
-    try:
-        proc = subprocess.run(
-            [*_launcher(ds_python), "--num_gpus=4", f"--master_port={port}", str(script),
-             "1:none,2:none,2:opt,2:both"],
-            capture_output=True, text=True, timeout=600, env=_child_env(port, one_rank=False),
-            cwd=tmp_path)
-    finally:
-        _remove_shm_buffers(port)
+    proc = _launch(ds_python, tmp_path, "hpz_offload.py", HPZ_OFFLOAD_WORKER, 4, [],
+                   ["1:none,2:none,2:opt,2:both"], timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     results = sorted(tmp_path.glob("result*.json"))
