@@ -157,9 +157,16 @@ def _num(values: dict, name: str, which: str) -> float | None:
 def exit_phrase(s: Symptom) -> str:
     """``exit -11, SIGSEGV`` from a launcher-nonzero-exit (or cpu-oom) symptom's values."""
     code = _num(s.values, "exit_code", "min")
+    highest = _num(s.values, "exit_code", "max")
+    sig = _signal_of(s)
     if code is not None and code > 0:
         code = _num(s.values, "exit_code", "first")
-    sig = _signal_of(s)
+    elif (code == -15 and highest is not None and highest > 0
+          and _num(s.values, "signal_num", "max") in (None, 15)):
+        # SIGTERM is what the launcher sends the other ranks once one has failed (torch elastic's
+        # failures table lists them with -15 next to the failed rank's own code): the run ended
+        # on the failed rank's code, not on the SIGTERM it caused
+        code, sig = highest, None
     parts = []
     if code is not None:
         parts.append(f"exit {int(code)}")
