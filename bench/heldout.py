@@ -30,6 +30,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from seal import canonical
+
 ERROR_FATES = {"failed", "hung", "killed", "stopped", "not-learning"}
 QUIET_FATES = {"healthy", "ended-mid-run", "unknown", "recovered"}
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,9 +72,12 @@ def analyze(log: Path, tree: Path, python: str) -> tuple[dict, int]:
     return json.loads(proc.stdout), proc.returncode
 
 
-def measure(folder: Path, tree: Path, python: str) -> list[Outcome]:
+def measure(folder: Path, tree: Path, python: str,
+            exclude: frozenset[str] | set[str] = frozenset()) -> list[Outcome]:
     out = []
     for row in labelled(folder):
+        if canonical(row["source"]) in exclude:
+            continue
         doc, code = analyze((folder / row["file"]).resolve(), tree, python)
         found = {s["kind"] for s in doc.get("symptoms", [])}
         fate = (doc.get("verdict") or {}).get("fate", "?")
@@ -111,10 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tree", type=Path, default=ROOT, help="checkout whose dsdoctor to run")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--exclude-source", action="append", default=[], metavar="URL",
+                    help="leave out the logs of this thread (one that shares its paste with an "
+                         "open thread); only the source column is read")
     ap.add_argument("--misses", action="store_true",
                     help="list the logs missed (do not use on the sealed set while writing patterns)")
     args = ap.parse_args(argv)
-    outcomes = measure(args.folder, args.tree.resolve(), args.python)
+    outcomes = measure(args.folder, args.tree.resolve(), args.python,
+                       exclude={canonical(u) for u in args.exclude_source})
     s = summary(outcomes)
     if args.json:
         print(json.dumps(s, indent=2, default=dict))

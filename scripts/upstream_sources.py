@@ -37,6 +37,8 @@ RELEASES = [
     ("deepspeed==0.19.6", "deepspeedai/DeepSpeed", "v0.19.6", ""),
     ("deepspeed==0.19.7", "deepspeedai/DeepSpeed", "v0.19.7", ""),
     ("deepspeed==0.19.8", "deepspeedai/DeepSpeed", "v0.19.8", ""),
+    # a wheel (its sdist needs a CUDA build to describe itself): vllm/ as in the repository
+    ("vllm==0.6.4", "vllm-project/vllm", "v0.6.4", ""),
 ]
 
 

@@ -114,3 +114,12 @@ def test_a_node_folder_takes_its_log_dir_files_too() -> None:
     assert table is not None
     assert [line.split("  ")[0] for line in table.lines()] == ["rank 1", "rank 0"]
     assert table.lines()[1] == "rank 0  exited with code -15"
+
+
+def test_the_verdict_names_the_failed_ranks_exit_code_not_the_siblings_sigterm() -> None:
+    """The failures table lists rank 0 with -15 (SIGTERM: the agent stopped it once rank 1 had
+    failed) and rank 1 with 1: the run ended on rank 1's exit 1, not on the SIGTERM it caused."""
+    rep = run_analysis([str(CONSOLE)], engine="python")
+    assert "exitcode  : -15" in CONSOLE.read_text() and "exitcode  : 1 " in CONSOLE.read_text()
+    assert rep.verdict.sentence.endswith("(exit 1)"), rep.verdict.sentence
+    assert "SIGTERM" not in rep.verdict.sentence

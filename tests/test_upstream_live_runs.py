@@ -152,18 +152,27 @@ def _launcher(ds_python: str) -> list[str]:
     return [str(exe)] if exe.exists() else [ds_python, "-m", "deepspeed.launcher.runner"]
 
 
-def _launch_two_ranks(ds_python: str, tmp_path: Path, log_arg: str) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "rank_print.py"
-    script.write_text(RANK_PRINT_WORKER)
+def _launch(ds_python: str, tmp_path: Path, name: str, worker: str, ranks: int,
+            launcher_args: list[str], script_args: list[str],
+            timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """``worker`` written to ``tmp_path/name`` and run on ``ranks`` ranks by the deepspeed
+    launcher (gloo, its own port), the port's /dev/shm buffers removed afterwards."""
+    script = tmp_path / name
+    script.write_text(worker)
     port = _free_port()
     try:
         return subprocess.run(
-            [*_launcher(ds_python), "--num_gpus=2", f"--master_port={port}",
-             "--enable_each_rank_log", log_arg, str(script)],
-            capture_output=True, text=True, timeout=300, env=_child_env(port, one_rank=False),
+            [*_launcher(ds_python), f"--num_gpus={ranks}", f"--master_port={port}",
+             *launcher_args, str(script), *script_args],
+            capture_output=True, text=True, timeout=timeout, env=_child_env(port, one_rank=False),
             cwd=tmp_path)
     finally:
         _remove_shm_buffers(port)
+
+
+def _launch_two_ranks(ds_python: str, tmp_path: Path, log_arg: str) -> subprocess.CompletedProcess[str]:
+    return _launch(ds_python, tmp_path, "rank_print.py", RANK_PRINT_WORKER, 2,
+                   ["--enable_each_rank_log", log_arg], [])
 
 
 def test_enable_each_rank_log_writes_one_file_per_rank_into_a_directory(
@@ -323,16 +332,7 @@ def test_autotp_from_config_alone_counts_every_rank_in_the_batch_check(
     check counts both ranks (world_size 2) although they form one data-parallel replica, so
     train_batch_size 1 (micro x accumulation x ranks / TP) is refused and 2 is accepted and
     trains, with the layers really split over the two ranks."""
-    script = tmp_path / "autotp_batch.py"
-    script.write_text(AUTOTP_BATCH_WORKER)
-    port = _free_port()
-    try:
-        proc = subprocess.run(
-            [*_launcher(ds_python), "--num_gpus=2", f"--master_port={port}", str(script), "1,2"],
-            capture_output=True, text=True, timeout=300, env=_child_env(port, one_rank=False),
-            cwd=tmp_path)
-    finally:
-        _remove_shm_buffers(port)
+    proc = _launch(ds_python, tmp_path, "autotp_batch.py", AUTOTP_BATCH_WORKER, 2, [], ["1,2"])
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     results = sorted(tmp_path.glob("result*.json"))
@@ -436,17 +436,8 @@ def test_hpz_with_optimizer_and_param_offload_trains_like_plain_zero3(
     same losses and gradient norms, the parameters moved by the same amount. What public threads
     report for GPUs (a loss stuck at 0.0 or a gradient norm of 0 with hpZ and offload) does not
     happen on DeepSpeed's CPU path."""
-    script = tmp_path / "hpz_offload.py"
-    script.write_text(HPZ_OFFLOAD_WORKER)
-    port = _free_port()
-    try:
-        proc = subprocess.run(
-            [*_launcher(ds_python), "--num_gpus=4", f"--master_port={port}", str(script),
-             "1:none,2:none,2:opt,2:both"],
-            capture_output=True, text=True, timeout=600, env=_child_env(port, one_rank=False),
-            cwd=tmp_path)
-    finally:
-        _remove_shm_buffers(port)
+    proc = _launch(ds_python, tmp_path, "hpz_offload.py", HPZ_OFFLOAD_WORKER, 4, [],
+                   ["1:none,2:none,2:opt,2:both"], timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     results = sorted(tmp_path.glob("result*.json"))
@@ -467,3 +458,97 @@ def test_hpz_with_optimizer_and_param_offload_trains_like_plain_zero3(
             assert runs[mode]["grad_norms"] == pytest.approx(plain["grad_norms"], rel=1e-4), mode
             assert runs[mode]["param_abs_change"] == pytest.approx(plain["param_abs_change"],
                                                                    rel=1e-4), mode
+
+
+# --- DS332: fp16 at ZeRO stage 0 divides gradients the loss scale never multiplied ---------------
+
+FP16_ZERO0_WORKER = r'''
+import json, sys
+import torch
+import deepspeed
+from deepspeed.accelerator import get_accelerator
+
+# DeepSpeed's CPU accelerator refuses fp16 unless oneDNN reports native fp16; only that capability
+# answer is patched (as scripts/scenarios/_common.py:patch_cpu_fp16 does), the fp16 optimizers and
+# loss scaler run unchanged
+accelerator = type(get_accelerator())
+accelerator.is_fp16_supported = lambda self: True
+accelerator.supported_dtypes = lambda self: [torch.float, torch.bfloat16, torch.float16]
+deepspeed.init_distributed(dist_backend="gloo")
+
+
+def first_step(optimizer_kind, stage, loss_scale):
+    """One step of a small fp16 MLP; what the wrapped optimizer received and how far it moved the
+    fp32 master weights. No gradient clipping, so the scale alone decides the update."""
+    config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+              "gradient_clipping": 0.0, "zero_allow_untested_optimizer": True,
+              "fp16": {"enabled": True, "loss_scale": loss_scale, "initial_scale_power": 16},
+              "zero_optimization": {"stage": stage}}
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    if optimizer_kind == "sgd":  # a client torch optimizer: FP16_UnfusedOptimizer at stage 0
+        engine, _, _, _ = deepspeed.initialize(
+            model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), config=config)
+    else:  # DeepSpeed's "Adam" (FusedAdam): the fused FP16_Optimizer at stage 0
+        config["optimizer"] = {"type": "Adam", "params": {"lr": 1e-3}}
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=config)
+    inner = engine.optimizer.optimizer
+    seen = {}
+    inner_step = inner.step
+
+    def recording_step(*args, **kwargs):
+        masters = [p for group in inner.param_groups for p in group["params"]]
+        seen["grad_norm"] = float(torch.sqrt(sum((p.grad.float() ** 2).sum() for p in masters
+                                                 if p.grad is not None)))
+        start = [p.detach().float().clone() for p in masters]
+        result = inner_step(*args, **kwargs)
+        seen["master_change"] = float(torch.sqrt(sum(((p.detach().float() - s) ** 2).sum()
+                                                     for p, s in zip(masters, start))))
+        return result
+
+    inner.step = recording_step
+    scale = float(engine.optimizer.loss_scale)
+    data = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 16, generator=data).half()
+    y = torch.randn(8, 1, generator=data).half()
+    engine.backward((engine(x).float() - y.float()).pow(2).mean())
+    engine.step()
+    return {"optimizer": type(engine.optimizer).__name__, "inner": type(inner).__name__,
+            "loss_scale": scale, "skipped": engine.skipped_steps,
+            "applied_grad_norm": seen["grad_norm"], "master_change": seen["master_change"]}
+
+
+runs = {"sgd_zero0_dynamic": first_step("sgd", 0, 0), "sgd_zero0_static1": first_step("sgd", 0, 1),
+        "sgd_zero1_dynamic": first_step("sgd", 1, 0), "adam_zero0_dynamic": first_step("adam", 0, 0),
+        "adam_zero0_static1": first_step("adam", 0, 1)}
+print("RESULT " + json.dumps(runs), flush=True)
+'''
+
+
+def test_fp16_zero0_update_is_divided_by_the_loss_scale(ds_python: str, tmp_path: Path) -> None:
+    """fp16 at ZeRO stage 0, DeepSpeed 0.19.x: ``engine.backward`` does not multiply the loss by
+    the dynamic scale (2^16 here), but the fp16 optimizer's step still divides the gradients by
+    it. With SGD the first update is 2^16 times smaller than with a static loss scale of 1 or
+    than ZeRO-1 with the same dynamic scale (which scales the loss and gets the true update).
+    DeepSpeed's fused Adam, nearly invariant to the gradient's magnitude, receives the same
+    2^16-times-smaller gradient and moves less (eps then weighs)."""
+    runs = _run_one_rank(ds_python, tmp_path, FP16_ZERO0_WORKER)
+    bug, static1, zero1 = runs["sgd_zero0_dynamic"], runs["sgd_zero0_static1"], runs["sgd_zero1_dynamic"]
+    assert (bug["optimizer"], bug["inner"]) == ("FP16_UnfusedOptimizer", "SGD")
+    assert zero1["optimizer"] == "DeepSpeedZeroOptimizer"
+    assert bug["loss_scale"] == zero1["loss_scale"] == 65536.0 and static1["loss_scale"] == 1.0
+    assert [r["skipped"] for r in runs.values()] == [0] * len(runs)  # every step was applied
+    # the gradient the wrapped optimizer applies: divided by the scale at stage 0 only
+    assert bug["applied_grad_norm"] * 65536.0 == pytest.approx(static1["applied_grad_norm"], rel=1e-6)
+    assert zero1["applied_grad_norm"] == pytest.approx(static1["applied_grad_norm"], rel=1e-6)
+    # SGD's update of the fp32 master weights: 2^16 times too small (fp16 rounding of the
+    # unscaled gradients aside)
+    assert static1["master_change"] / bug["master_change"] == pytest.approx(65536.0, rel=1e-2)
+    assert zero1["master_change"] == pytest.approx(static1["master_change"], rel=1e-6)
+    # the fused FP16_Optimizer over FusedAdam (the setup of sample_logs/fp16_overflow_zero0)
+    adam_bug, adam_static1 = runs["adam_zero0_dynamic"], runs["adam_zero0_static1"]
+    assert (adam_bug["optimizer"], adam_bug["inner"]) == ("FP16_Optimizer", "FusedAdam")
+    assert adam_bug["applied_grad_norm"] * 65536.0 == pytest.approx(
+        adam_static1["applied_grad_norm"], rel=1e-6)
+    assert adam_bug["master_change"] < adam_static1["master_change"]

@@ -231,9 +231,29 @@ def test_a_scancelled_run_is_stopped_not_ended_mid_run(tmp_path) -> None:
     assert rep.exit_code == 1
 
 
-def test_a_preempted_run_fails_on_its_reason_not_on_the_plain_step_cancel(tmp_path) -> None:
+def test_a_preempted_run_is_stopped_on_its_reason_not_on_the_plain_step_cancel(tmp_path) -> None:
+    """Issue 19 item 1: a preemption took the machines from a run that had not failed: stopped,
+    at its step, and a resume carries on (the job's line with its reason decides, not the step's
+    plain cancel before it)."""
     log = tmp_path / "slurm-37361369.out"
     log.write_text(_healthy_start() + PREEMPTED_LINES, encoding="utf-8")
+    rep = run_analysis([str(log)], engine="python")
+    assert rep.verdict.fate == "stopped"
+    assert rep.verdict.sentence.startswith("stopped: the scheduler preempted the run (line ")
+    assert rep.verdict.retriable == "yes"
+    assert rep.exit_code == 1
+
+
+#: a job that met its time limit: slurmstepd's line (Nextomics/NextDenovo#114)
+TIME_LIMIT_LINE = ("slurmstepd: error: *** JOB 867816 ON c0700a-s1 CANCELLED AT 2021-05-11T12:06:17 "
+                   "DUE TO TIME LIMIT ***\n")
+
+
+def test_a_run_at_its_time_limit_fails_not_stopped(tmp_path) -> None:
+    """A time limit ends the same run at the same point again (the wild corpus's labelled time
+    limit, cbio256, reads killed/no, never stopped): failed, named as the scheduler's end."""
+    log = tmp_path / "slurm-867816.out"
+    log.write_text(_healthy_start() + TIME_LIMIT_LINE, encoding="utf-8")
     rep = run_analysis([str(log)], engine="python")
     assert rep.verdict.fate == "failed"
     assert "ended by the scheduler" in rep.verdict.sentence

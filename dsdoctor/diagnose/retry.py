@@ -69,6 +69,12 @@ CAUSE_CASES: tuple[dict[str, str], ...] = (
              r"DistNetworkError|Destination is unreachable|network (?:error|is unreachable)",
      "value": YES, "reason": "a rank lost its connection to the others (the network, a node that "
                              "went away): transient, a retry can pass"},
+    # sbatch refusing what the job asks (formats/scheduler.yaml, sbatch-submission-failed);
+    # "Socket timed out" (slurmctld busy) is not among them: it passes later
+    {"text": r"Batch job submission failed: (?:Requested time limit is invalid|"
+             r"Invalid job array specification)",
+     "value": NO, "reason": "sbatch refused the job for what it requests: the same request is "
+                            "refused again until the script's #SBATCH lines change"},
 )
 
 #: Rules without an answer of their own, by category: they judge the inputs, which a retry keeps.

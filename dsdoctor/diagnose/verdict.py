@@ -13,10 +13,12 @@ Order of precedence (the first that holds decides):
    that did not build, a fatal config check, a port in use, ...; ``killed``: a rank died of
    SIGKILL and nothing in the log says the host ran out of memory.
 3. ``stopped``: a signal stopped the run (SIGTERM, Ctrl-C's SIGINT and its KeyboardInterrupt,
-   SIGHUP, a scheduler's cancel) before any failure; ``failed``: a Python exception that ended a
-   rank or a launcher's non-zero exit.
+   SIGHUP, a scheduler's cancel) before any failure, or the scheduler preempted it (judged with
+   the fatal causes of 2, in job-time-limit's place; a time limit is a failure); ``failed``: a
+   Python exception that ended a rank or a launcher's non-zero exit.
 4. ``not-learning``: the run goes on but does not train: the fp16 loss scale collapsed, NaN/inf
-   loss, loss stuck at 0.0, or most optimizer steps skipped (``step=2000, skipped=1995``).
+   loss, loss stuck at 0.0, most optimizer steps skipped (``step=2000, skipped=1995``), or a
+   finite loss that climbed far above its minimum and stayed there (diagnose/divergence.py).
 5. ``failed`` with the cause not recognized: an error-like line that no pattern knows (an
    exception behind a prefix, a fatal signal, a launcher tearing the ranks down, a non-zero
    exit) after the last progress line; suggestive lines only (an ERROR record, a WARN that
@@ -34,8 +36,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from dsdoctor.diagnose.divergence import diverged
 from dsdoctor.diagnose.fingerprint import fingerprint
 from dsdoctor.diagnose.ranks import rank_ranges
+from dsdoctor.logs.teardown import TEARDOWN_FACT
 from dsdoctor.logs.tracebacks import is_interrupt, traceback_only
 from dsdoctor.model import Evidence, Finding, Problem, Symptom, TimelinePoint, Verdict
 
@@ -68,6 +72,22 @@ STOP_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 10: "SIGUSR1", 12: "SIGUSR2", 15: "SIG
 
 #: run-stopped patterns of a scheduler's cancel with no reason given (formats/scheduler.yaml)
 SCHEDULER_CANCEL_PATTERNS = frozenset({"slurm-cancelled"})
+
+#: job-time-limit patterns of a preemption (formats/scheduler.yaml): the scheduler or the cloud
+#: took the machines back from a run that had not failed; it resumes from its checkpoint (issue 19
+#: item 1). A time limit stays a failure: the same limit ends the same run again (the wild
+#: corpus's one labelled time limit, cbio256, is no stop).
+PREEMPTION_PATTERNS = frozenset({"submitit-preempted", "cloud-termination-imminent"})
+
+
+def preempted(s: Symptom) -> bool:
+    """True when a job-time-limit symptom is a preemption only (SLURM's ``DUE TO PREEMPTION``,
+    submitit's ``this job is preempted``, a cloud's termination notice), no time limit."""
+    reasons = set(s.values.get("reason") or ())
+    by_slurm = set(s.patterns) == {"slurm-cancelled-due-to"} and reasons == {"PREEMPTION"}
+    return by_slurm or (bool(s.patterns) and set(s.patterns) <= PREEMPTION_PATTERNS
+                        and reasons <= {"preempted"})
+
 
 #: cpu-oom patterns that only say a process got SIGKILL: the OOM killer's usual signature, but also
 #: a scheduler's cancel, a preemption, a health checker or a person. Without a line that says the
@@ -137,9 +157,16 @@ def _num(values: dict, name: str, which: str) -> float | None:
 def exit_phrase(s: Symptom) -> str:
     """``exit -11, SIGSEGV`` from a launcher-nonzero-exit (or cpu-oom) symptom's values."""
     code = _num(s.values, "exit_code", "min")
+    highest = _num(s.values, "exit_code", "max")
+    sig = _signal_of(s)
     if code is not None and code > 0:
         code = _num(s.values, "exit_code", "first")
-    sig = _signal_of(s)
+    elif (code == -15 and highest is not None and highest > 0
+          and _num(s.values, "signal_num", "max") in (None, 15)):
+        # SIGTERM is what the launcher sends the other ranks once one has failed (torch elastic's
+        # failures table lists them with -15 next to the failed rank's own code): the run ended
+        # on the failed rank's code, not on the SIGTERM it caused
+        code, sig = highest, None
     parts = []
     if code is not None:
         parts.append(f"exit {int(code)}")
@@ -267,6 +294,14 @@ def _interrupt_only(exc: Symptom | None) -> bool:
     return bool(types) and all(is_interrupt(t) for t in types)
 
 
+def _ray_wrapped_host_kill(gpu: Symptom, cpu: Symptom | None) -> bool:
+    """True when the only GPU OOM line is a RayTaskError(OutOfMemoryError) and Ray's memory monitor
+    says it killed a task for the host's RAM: a nested task re-raised the monitor's own
+    OutOfMemoryError, which is no GPU's (formats/ray.yaml)."""
+    return (set(gpu.patterns) == {"ray-task-error-oom"} and cpu is not None
+            and "ray-memory-monitor-killed" in cpu.patterns)
+
+
 def sigkill_only(s: Symptom) -> bool:
     """True when a cpu-oom symptom rests on SIGKILL lines alone (no word of memory)."""
     return bool(s.patterns) and set(s.patterns) <= SIGKILL_ONLY_PATTERNS
@@ -327,8 +362,11 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
     exit_sym, exc_sym = get("launcher-nonzero-exit"), get("python-exception")
     stop_sym = get("run-stopped")
     ending = ""
-    if exit_sym is not None:
+    torn_down = exit_sym is not None and set(exit_sym.patterns) == {TEARDOWN_FACT}
+    if exit_sym is not None and not torn_down:
         ending = f"({exit_phrase(exit_sym)})" if exit_phrase(exit_sym) else "(non-zero exit)"
+    elif exit_sym is not None:
+        ending = f"(the launcher ended the ranks, line {exit_sym.first.line})"
     steps = progress.phrase()
 
     def verdict(fate: str, text: str, *ev: Symptom | None, cause: Evidence | None = None
@@ -360,6 +398,13 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         s = get(kind)
         if s is None:
             continue
+        if kind == "gpu-oom" and _ray_wrapped_host_kill(s, get("cpu-oom")):
+            continue  # Ray's memory monitor killed the task: the host's kill decides below
+        if kind == "job-time-limit" and preempted(s):
+            tail = f" {ending}" if ending else ""
+            return verdict("stopped", f"the scheduler preempted the run (line {s.first.line})"
+                           f"{steps}{tail}; nothing in it failed: a requeue or a resume from the "
+                           "last checkpoint carries on", s, exit_sym, cause=s.first)
         if kind == "cpu-oom" and sigkill_only(s):
             if RAM_SHORT_FINDING not in names:
                 killed = s  # SIGKILL, and no line says why: judged below, after real causes
@@ -400,7 +445,8 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
             failing_exc is None or traceback_only(failing_exc)
             or not _before(failing_exc.first, stop_line)):
         signals = stop_sym.values.get("signal") if stop_sym is not None else None
-        interrupted = (signals and is_interrupt(signals[0])) or (
+        # "^C": the terminal's echo of Ctrl-C (formats/run-lifecycle.yaml)
+        interrupted = (signals and (is_interrupt(signals[0]) or signals[0] == "^C")) or (
             stop_sym is None and exc_sym is not None and _interrupt_only(exc_sym))
         named = str(signals[0]) if signals else ""
         if named.isdigit():  # torchrun's "Received 15 death signal"
@@ -449,7 +495,9 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         else:
             exit_code = _num(exit_sym.values, "exit_code", "min") if exit_sym is not None else None
             cause = (f"a rank was killed by {SIGNALS.get(exit_signal, f'signal {exit_signal}')}"
-                     if exit_signal is not None else "a rank exited non-zero")
+                     if exit_signal is not None
+                     else "a rank ended and the launcher stopped the others; the log holds no exit "
+                     "code or error of it" if torn_down else "a rank exited non-zero")
             if exit_signal is not None and exit_code is not None:
                 ending = f"(exit {int(exit_code)})"  # the signal is named already
         tail = f" {ending}" if ending else ""
@@ -478,6 +526,10 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         reasons.append(f"the loss is exactly 0.0 ({zero.count} logged step(s) from line "
                        f"{zero.first.line})")
         ev.append(zero)
+    rise = diverged(timeline) if not reasons else None
+    if rise is not None:  # finite but climbing far above its minimum (diagnose/divergence.py)
+        return replace(verdict("not-learning", rise.phrase() + steps, cause=rise.last_at),
+                       evidence=(rise.low_at, rise.last_at), fingerprint=None)
     if reasons:
         where = steps if not progress.mostly_skipped else ""
         return verdict("not-learning", "; ".join(reasons) + where, *ev)

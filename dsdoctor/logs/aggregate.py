@@ -28,6 +28,28 @@ TIMELINE_FIELDS = ("step", "loss", "grad_norm", "loss_scale", "skipped", "lr", "
                    "epoch")
 
 
+#: Separates a symptom kind from the pattern ids that veto it in a tally key (see tally_kind).
+_UNLESS = "?unless="
+
+
+def tally_kind(kind: str, unless: tuple[str, ...] = ()) -> str:
+    """The aggregator's key for a pattern's events: ``kind``, or, for a pattern whose events count
+    only when no event of the patterns ``unless`` was seen, ``kind`` marked with them.
+
+    One occurrence can be printed by several releases' lines: DeepSpeed's non-ZeRO fp16 optimizer
+    printed "Overflow detected. Skipping step" on rank 0 next to "Reducing dynamic loss scale" on
+    every rank up to 0.19.7, and only the latter from 0.19.8 on. The marked events are kept apart
+    and folded into ``kind`` at :meth:`SymptomAggregator.build` only when the whole analysis has
+    none of the vetoing patterns' events (which the scan cannot know until its end).
+    """
+    return f"{kind}{_UNLESS}{','.join(unless)}" if unless else kind
+
+
+def _split_tally(key: str) -> tuple[str, frozenset[str]]:
+    kind, _, unless = key.partition(_UNLESS)
+    return kind, frozenset(unless.split(",")) if unless else frozenset()
+
+
 def evidence_text(text: str) -> str:
     """The evidence text of a segment, cut to EVIDENCE_CHARS. A secret across the cut is dropped,
     not kept in half (half a token is too short for any secret format to recognise later; the
@@ -149,38 +171,54 @@ class SymptomAggregator:
             return got
 
         for kind, st in self._state.items():
-            assert st.first is not None and st.last is not None
-            chosen: list[Evidence] = []
-
-            def take(ev: Evidence, chosen: list[Evidence] = chosen) -> None:
-                ev = fin(ev)
-                if ev not in chosen and len(chosen) < MAX_EVIDENCE:
-                    chosen.append(ev)
-
-            for _, _, ev in st.strongest:
-                take(ev)
-            take(st.first)
-            for ev in st.firsts:
-                take(ev)
-            take(st.last)
-            for ev in st.by_rank.values():
-                take(ev)
-            values: dict[str, Any] = {
-                k: {kk: json_number(vv) for kk, vv in v.items()} for k, v in st.numbers.items()
-            }
-            values.update(st.texts)
-            out[kind] = Symptom(
-                kind=kind,
-                count=st.count,
-                evidence=tuple(chosen),
-                first=fin(st.first),
-                last=fin(st.last),
-                ranks=tuple(sorted(st.ranks)),
-                files=tuple(st.files),
-                patterns=dict(st.patterns),
-                values=values,
-            )
+            if _UNLESS in kind:
+                continue  # folded below, once every plain kind is known
+            out[kind] = self._symptom(kind, st, fin)
+        for key, st in self._state.items():
+            kind, unless = _split_tally(key)
+            if not unless:
+                continue
+            plain = self._state.get(kind)
+            if plain is not None and unless & plain.patterns.keys():
+                continue  # the same occurrences were counted from the vetoing patterns' lines
+            mine = self._symptom(kind, st, fin)
+            out[kind] = mine if kind not in out else combined(out[kind], mine)
         return out
+
+    @staticmethod
+    def _symptom(kind: str, st: _KindState, fin: Any) -> Symptom:
+        """One kind's state as its Symptom (evidence cut by ``fin``)."""
+        assert st.first is not None and st.last is not None
+        chosen: list[Evidence] = []
+
+        def take(ev: Evidence, chosen: list[Evidence] = chosen) -> None:
+            ev = fin(ev)
+            if ev not in chosen and len(chosen) < MAX_EVIDENCE:
+                chosen.append(ev)
+
+        for _, _, ev in st.strongest:
+            take(ev)
+        take(st.first)
+        for ev in st.firsts:
+            take(ev)
+        take(st.last)
+        for ev in st.by_rank.values():
+            take(ev)
+        values: dict[str, Any] = {
+            k: {kk: json_number(vv) for kk, vv in v.items()} for k, v in st.numbers.items()
+        }
+        values.update(st.texts)
+        return Symptom(
+            kind=kind,
+            count=st.count,
+            evidence=tuple(chosen),
+            first=fin(st.first),
+            last=fin(st.last),
+            ranks=tuple(sorted(st.ranks)),
+            files=tuple(st.files),
+            patterns=dict(st.patterns),
+            values=values,
+        )
 
 
 class Timeline:
@@ -235,3 +273,52 @@ class FactCollector:
 
     def facts(self) -> list[Fact]:
         return list(self._facts)
+
+
+def combined(a: Symptom, b: Symptom) -> Symptom:
+    """One kind's two symptoms (of different patterns, their lines interleaved) as one: counts
+    added, first and last the earliest and latest line (files in scan order), each value's
+    statistics joined, the evidence of both (``a``'s first) up to MAX_EVIDENCE."""
+    files = tuple(dict.fromkeys(a.files + b.files))
+
+    def at(ev: Evidence) -> tuple[int, int]:
+        return (files.index(ev.file) if ev.file in files else len(files), ev.line)
+
+    a_first, a_last = at(a.first) <= at(b.first), at(a.last) >= at(b.last)
+    values: dict[str, Any] = {}
+    for name in dict.fromkeys([*a.values, *b.values]):
+        va, vb = a.values.get(name), b.values.get(name)
+        if va is None or vb is None:
+            values[name] = va if vb is None else vb
+        elif isinstance(va, dict) and isinstance(vb, dict):
+            values[name] = _joined_stats(va, vb, a_first, a_last)
+        elif isinstance(va, list) and isinstance(vb, list):
+            values[name] = list(dict.fromkeys(va + vb))[:MAX_TEXT_VALUES]
+        else:
+            values[name] = va
+    evidence = tuple(dict.fromkeys(a.evidence + b.evidence))[:MAX_EVIDENCE]
+    patterns = dict(a.patterns)
+    for pid, n in b.patterns.items():
+        patterns[pid] = patterns.get(pid, 0) + n
+    return Symptom(kind=a.kind, count=a.count + b.count, evidence=evidence,
+                   first=a.first if a_first else b.first, last=a.last if a_last else b.last,
+                   ranks=tuple(sorted(set(a.ranks) | set(b.ranks))), files=files,
+                   patterns=patterns, values=values)
+
+
+def _joined_stats(a: dict[str, Any], b: dict[str, Any], a_first: bool, a_last: bool
+                  ) -> dict[str, Any]:
+    """Two {first, last, min, max, count} statistics of one value as one (NaN/inf kept as the
+    strings json_number wrote; a number wins a min or max over such a string)."""
+
+    def pick(x: Any, y: Any, lower: bool) -> Any:
+        if not isinstance(x, (int, float)):
+            return y
+        if not isinstance(y, (int, float)):
+            return x
+        return min(x, y) if lower else max(x, y)
+
+    return {"first": a["first"] if a_first else b["first"],
+            "last": a["last"] if a_last else b["last"],
+            "min": pick(a["min"], b["min"], True), "max": pick(a["max"], b["max"], False),
+            "count": a["count"] + b["count"]}

@@ -27,6 +27,7 @@ from dsdoctor.logs.jobs import PARALLEL_MIN_BYTES, PositionedReader, default_job
 from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
 from dsdoctor.logs.reader import OpenedLog, Segment, local_rank_from_path, normalize, open_log, rank_from_filename
+from dsdoctor.logs.teardown import with_launcher_exit
 from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 from dsdoctor.redact.redactor import redact_wrapped_line, secret_word
@@ -126,8 +127,9 @@ class Scanner:
 
     def result(self) -> ScanResult:
         facts = self.facts.facts()
+        symptoms = with_launcher_exit(with_raised_exceptions(self.symptoms.build(), facts), facts)
         return ScanResult(
-            symptoms=with_raised_exceptions(self.symptoms.build(), facts),
+            symptoms=symptoms,
             timeline=self.timeline.points(),
             facts=facts,
             files=list(self.files),
@@ -410,11 +412,13 @@ class Scanner:
             # the whole segment's text: the aggregator cuts only the evidence it keeps, and
             # makes an Evidence only for a line it keeps (most of a million hits are counted)
             if symptom[idx]:
-                self.symptoms.add_hit(pat.emits, pat.id, pat.strength, name, line, seg.text,
+                self.symptoms.add_hit(pat.tally_kind, pat.id, pat.strength, name, line, seg.text,
                                       rank, values)
             else:
                 self._emit(pat, Evidence(file=name, line=line, text=seg.text, rank=rank), values)
-            if on_event is not None:
+            # live watchers see only what always counts: a pattern counted only without others
+            # (counts_unless) would count twice with them before the scan knows (aggregate.py)
+            if on_event is not None and not pat.counts_unless:
                 on_event(pat.emits, finished(Evidence(file=name, line=line, text=seg.text,
                                                       rank=rank)), values)
         if cut > pos:
@@ -509,7 +513,7 @@ class Scanner:
         elif pat.is_fact:
             self.facts.add(pat.emits[5:], ev, values)
         else:
-            self.symptoms.add(pat.emits, pat.id, pat.strength, ev, values)
+            self.symptoms.add(pat.tally_kind, pat.id, pat.strength, ev, values)
 
     def _sample_timeline(self, buf, cut, have, consumed, stride, mark) -> tuple[list[tuple], int]:
         """Big files: read the timeline in small windows, one per ``stride`` bytes of the file.

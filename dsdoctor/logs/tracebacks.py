@@ -24,6 +24,19 @@ MAX_EVIDENCE = 8
 TRACEBACK_LINE = re.compile(r'Traceback \(most recent call last\)|^\s*File "[^"]+", line \d+|^│ ')
 
 
+#: Frames of a launcher's own code: torchrun's ``ChildFailedError`` traceback, DeepSpeed's runner
+#: and Accelerate's CLI re-raising a rank's exit. A traceback of these frames alone is the
+#: launcher reporting a rank's end (its exit line says how), not an exception of the run.
+LAUNCHER_FRAME = re.compile(
+    r'/bin/(?:torchrun|deepspeed|accelerate)", line \d+|torch/distributed/(?:run\.py|launcher/api\.py|'
+    r'elastic/)|deepspeed/launcher/runner\.py|accelerate/commands/(?:launch|accelerate_cli)\.py')
+
+
+def _launcher_only(frames: Sequence[Fact]) -> bool:
+    """True when every frame the log shows is a launcher's (see LAUNCHER_FRAME)."""
+    return bool(frames) and all(LAUNCHER_FRAME.search(f.evidence.text) for f in frames)
+
+
 def is_interrupt(exc_type: object) -> bool:
     """Whether an exception type (``KeyboardInterrupt``, ``builtins.SystemExit``) is an interrupt."""
     return str(exc_type).rsplit(".", 1)[-1] in INTERRUPTS
@@ -46,9 +59,12 @@ def with_raised_exceptions(symptoms: Mapping[str, Symptom], facts: Sequence[Fact
     if types and all(is_interrupt(t) for t in types):
         return out
     starts = [f for f in facts if f.name == "traceback-start"]
-    marks = starts or [f for f in facts if f.name == "traceback-frame"]
+    frames = [f for f in facts if f.name == "traceback-frame"]
+    marks = starts or frames
     if not marks and not types:
         return out
+    if not types and _launcher_only(frames):
+        return out  # the launcher's traceback, cut before its ChildFailedError: not the run's
     named = [t for t in types if not is_interrupt(t)]
     evidence = [f.evidence for f in [*marks, *ends]]
     evidence.sort(key=lambda e: (e.file, e.line))

@@ -539,6 +539,32 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
                "short by an interrupted download or save, or a Git LFS pointer file.")
         fix = ("delete the file (or the model's Hugging Face cache folder) and download it again; "
                "compare its size with the size on the hub")
+    elif p.get("safetensors-shared-tensors"):
+        # a save, not a load: safetensors refuses tensors that alias one storage (tied weights)
+        tensor = next(iter(_texts(s.values.get("first_tensor"))), None)
+        msg = ("Saving failed: safetensors refuses tensors that share memory"
+               + (f" ({tensor} and the weights tied to it)" if tensor else " (tied weights)")
+               + f" (line {s.first.line}); nothing was written for this checkpoint.")
+        fix = ("save through Trainer.save_model / model.save_pretrained, which drop the tied "
+               "copies before writing (or safetensors.torch.save_model for a plain module); or "
+               "untie the weights (clone one of them) before saving")
+    elif p.get("torch-load-damaged-archive"):
+        msg = (f"The checkpoint file is not a readable zip archive (line {s.first.line}): torch.load "
+               "found no central directory, the index a zip writer puts at the end of the file; "
+               "a file that did not arrive whole (a cut download or copy, a save interrupted or "
+               "stopped by a full disk) looks like this, and loading it again fails the same way.")
+        fix = ("delete that file (or the whole checkpoint folder) and resume from the previous "
+               "checkpoint, or download it again if it was downloaded; check free disk space "
+               "before the next save")
+    elif p.get("ray-tune-checkpoint-handling"):
+        path = next(iter(_texts(s.values.get("path"))), None)
+        msg = ("Ray Tune failed while handling a trial's checkpoint"
+               + (f" ({path})" if path else "") + f" (line {s.first.line}): saving it or a "
+               "callback on it (such as syncing it) raised; the exception at the end of the "
+               "traceback that follows says which and why.")
+        fix = ("read the traceback's last line and act on it (for a save or sync that could not "
+               "write: free space and write access where the trial saves and syncs its "
+               "checkpoints), then rerun from the last complete checkpoint")
     else:
         which = (_texts(s.values.get("which")) or [""])[0]
         keys = _texts(s.values.get("first_key"))

@@ -214,10 +214,31 @@ def _batch_step(ctx: Context) -> str | None:
     return "a smaller per-device batch with more gradient accumulation"
 
 
+#: vLLM's engine found no GPU memory left for its KV cache (formats/accelerator-allocators.yaml):
+#: not the trainer's ZeRO ladder but vLLM's own budget, a fraction of the whole GPU from which
+#: memory that other processes already hold (a colocated trainer) is taken first.
+VLLM_NO_CACHE = "vllm-no-cache-blocks"
+VLLM_CACHE_FIX = (
+    "raise gpu_memory_utilization (the share of the whole GPU vLLM may fill, 0.9 by default) if "
+    "the GPU has room; when a trainer shares the GPU with the rollout "
+    "engine (colocated RL), the trainer's memory counts against that share: shrink the trainer's "
+    "footprint (ZeRO-3, offload, a smaller batch) or give vLLM a GPU of its own")
+
+
+def _vllm_no_cache_blocks(s: Symptom) -> Finding:
+    msg = (f"vLLM found no GPU memory left for its KV cache blocks (line {s.first.line}): after "
+           "the model's weights and the profiled activations, its share of the GPU "
+           "(gpu_memory_utilization) was used up.")
+    return finding(msg, fix="Next: " + VLLM_CACHE_FIX + ".", evidence=s.evidence)
+
+
 def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
     """DS105: CUDA OOM, with the next rung of the memory ladder for this run."""
     s = ctx.symptom("gpu-oom")
     if s is None:
+        return
+    if set(s.patterns) == {VLLM_NO_CACHE}:
+        yield _vllm_no_cache_blocks(s)
         return
     numbers = oom_numbers(s)
     total, total_src = gpu_total_bytes(ctx)
@@ -299,6 +320,9 @@ def gpu_out_of_memory(ctx: Context, rule: Any) -> Iterator[Finding]:
                                 "the model states: the first rung that leaves half the GPU "
                                 "for activations")
                 break
+    if VLLM_NO_CACHE in s.patterns:
+        steps.append("for the vLLM engine that found no room for its KV cache: "
+                     + VLLM_CACHE_FIX)
     src_note = f" (GPU size from {total_src})" if total_src else ""
     fix = "Next: " + steps[0] + "."
     if len(steps) > 1:

@@ -209,6 +209,9 @@ def bf16_master_weights_without_offload(ctx: Context, rule: Any) -> Iterator[Fin
 #: at ZeRO stage 0 (DeepSpeed#8441) and under ZeRO-3 with a model built in zero.Init (#8438).
 MUON_SINCE = (0, 17, 6)
 MUON_FIXED = (0, 19, 7)
+#: before 0.18.9 deepspeed.initialize asserts that Muon is not compatible with ZeRO-3 (engine.py:1706
+#: at v0.18.8): a loud refusal, not a silent run
+MUON_ZERO3_SINCE = (0, 18, 9)
 #: what in a script or run builds the model under deepspeed.zero.Init at ZeRO-3
 ZERO_INIT_MARKERS = ("zero.Init", "HfDeepSpeedConfig")
 
@@ -230,7 +233,7 @@ def muon_silently_inactive(ctx: Context, rule: Any) -> Iterator[Finding]:
         return
     built_in_zero_init = bool(ctx.uses_trainer) or any(
         marker in text for text in ctx.script_sources.values() for marker in ZERO_INIT_MARKERS)
-    if stage == 3 and built_in_zero_init:
+    if stage == 3 and built_in_zero_init and parse_version(ctx.ds_version) >= MUON_ZERO3_SINCE:
         yield finding(
             f"optimizer.type is Muon at ZeRO-3 on DeepSpeed {ctx.ds_version} with the model built "
             "under deepspeed.zero.Init (the Trainer, Accelerate or a live HfDeepSpeedConfig do "

@@ -66,16 +66,27 @@ def _steps_after(ctx: Context, ev: Evidence) -> int:
     return sum(1 for p in ctx.timeline if p.file == ev.file and p.line > ev.line)
 
 
-def scale_rose_again(s: Symptom) -> bool:
+def overflow_events(ctx: Context, s: Symptom) -> int:
+    """How many overflows the lines stand for. DeepSpeed's non-ZeRO fp16 optimizer prints its
+    "Reducing dynamic loss scale" line on every rank (fused_optimizer.py:413-414 at v0.19.8), so
+    one overflow can be several lines; each overflow skips one step, and DeepSpeed's step lines
+    count the skipped steps, which then bound the events."""
+    skipped = ctx.run.value("steps_skipped")
+    if isinstance(skipped, int) and not isinstance(skipped, bool) and 0 < skipped < s.count:
+        return skipped
+    return s.count
+
+
+def scale_rose_again(s: Symptom, events: int | None = None) -> bool:
     """More overflows than halvings from the first scale down to the lowest: the scale must have
     risen in between, which DeepSpeed's DynamicLossScaler does only after ``loss_scale_window``
     (1000 by default) steps without an overflow (loss_scaler.py:295-299 at v0.19.5), so the run
-    kept training between them."""
+    kept training between them. ``events``: the overflows the lines stand for (overflow_events)."""
     first, low = vals(s, "attempted_scale", "first"), _lowest_scale(s)
     if not isinstance(first, (int, float)) or not isinstance(low, (int, float)) or low <= 0 \
             or first < low:
         return False
-    return s.count > math.log2(first / low) + _HYSTERESIS_SLACK
+    return (s.count if events is None else events) > math.log2(first / low) + _HYSTERESIS_SLACK
 
 
 def mostly_skipped(ctx: Context) -> bool:
@@ -99,7 +110,8 @@ def is_collapse(ctx: Context) -> bool:
         return True
     if mostly_skipped(ctx):
         return True
-    return s.count > _BURST_MAX and not scale_rose_again(s)
+    events = overflow_events(ctx, s)
+    return events > _BURST_MAX and not scale_rose_again(s, events)
 
 
 def fp16_overflow_warmup(ctx: Context, rule: Any) -> Iterator[Finding]:
@@ -115,14 +127,14 @@ def fp16_overflow_warmup(ctx: Context, rule: Any) -> Iterator[Finding]:
     start = (f" (fp16.initial_scale_power {power.value})"
              if power is not None and power.source.kind != "default" else "")
     yield finding(
-        f"{_overflow_summary(s)}{start}. {_overflow_why(s)}{tail}",
+        f"{_overflow_summary(s)}{start}. {_overflow_why(s, overflow_events(ctx, s))}{tail}",
         fix="Nothing to do while the scale keeps recovering; if most steps are skipped or the "
             "scale reaches its minimum, see DS102.",
         evidence=s.evidence)
 
 
-def _overflow_why(s: Symptom) -> str:
-    if scale_rose_again(s):
+def _overflow_why(s: Symptom, events: int) -> str:
+    if scale_rose_again(s, events):
         return ("The scale rose again between them: DeepSpeed's dynamic scaler doubles it after "
                 "loss_scale_window steps without an overflow (1000 by default) and halves it on "
                 "the next overflow, so a long fp16 run overflows now and then all its life; it "

@@ -16,6 +16,7 @@ from dsdoctor.diagnose.checks import (
     config_keys,
     env_nodes,
     failures,
+    fp16_zero0,
     fp32_recovery,
     fsdp_peft_wrap,
     inference_fit,
@@ -146,6 +147,7 @@ _CHECK_FUNCTIONS: tuple[CheckFn, ...] = (
     zero3_buckets.zero3_buckets_vs_hidden,  # DS325
     parallelism.bf16_master_weights_without_offload,  # DS330
     parallelism.muon_silently_inactive,  # DS331
+    fp16_zero0.fp16_zero0_unscaled_backward,  # DS332
     release_traps.deepcompile_torch_range,  # DS326
 )
 CHECKS: dict[str, CheckFn] = {fn.__name__: fn for fn in _CHECK_FUNCTIONS}

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsdoctor.logs.aggregate import tally_kind
 from dsdoctor.logs.formats.digits import is_digit_blind
 from dsdoctor.model import SYMPTOM_KINDS
 
@@ -90,6 +91,16 @@ class Pattern:
     fields: dict[str, str] = field(default_factory=dict)
     samples: tuple[dict[str, Any], ...] = ()
     negatives: tuple[str, ...] = ()
+    # The pattern's events count only when the analysis has no event of these patterns (the same
+    # occurrence printed by an older release's line, which is counted instead; see
+    # aggregate.tally_kind).
+    counts_unless: tuple[str, ...] = ()
+
+    @property
+    def tally_kind(self) -> str:
+        """The aggregator's key for this pattern's events: its symptom kind, or the kind marked
+        as counting only without ``counts_unless``'s events."""
+        return tally_kind(self.emits, self.counts_unless)
 
     @property
     def is_timeline(self) -> bool:
@@ -294,7 +305,7 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
     _check_keys(
         spec,
         {"id", "emits", "prefilter", "caseless", "regex", "join_next", "join_continued", "strength", "fields",
-         "samples", "negatives", "description", "source", "notes"},
+         "samples", "negatives", "description", "source", "notes", "counts_unless"},
         where,
     )
     for key in ("id", "emits", "prefilter", "regex"):
@@ -325,6 +336,11 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
     join_cont = int(spec.get("join_continued", 0))
     if not 0 <= join_cont <= MAX_JOIN_CONTINUED:
         raise FormatError(f"{where}: join_continued must be 0..{MAX_JOIN_CONTINUED}")
+    unless = spec.get("counts_unless") or []
+    if not isinstance(unless, list) or not all(isinstance(u, str) and u for u in unless):
+        raise FormatError(f"{where}: counts_unless is a list of pattern ids")
+    if unless and emits not in SYMPTOM_KINDS:
+        raise FormatError(f"{where}: counts_unless applies to a symptom pattern only")
     samples = []
     for s in spec.get("samples") or ():
         if isinstance(s, str):
@@ -347,6 +363,7 @@ def _build(fmt_name: str, spec: dict, where: str, validate: bool = True) -> Patt
         fields=fields,
         samples=tuple(samples),
         negatives=tuple(spec.get("negatives") or ()),
+        counts_unless=tuple(unless),
     )
 
 
@@ -393,4 +410,8 @@ def _validated_fields(sources: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
         if p.id in seen:
             raise FormatError(f"duplicate pattern id {p.id!r}")
         seen.add(p.id)
+    for p in out:
+        unknown = [u for u in p.counts_unless if u not in seen]
+        if unknown:
+            raise FormatError(f"{p.id}: counts_unless names unknown pattern(s) {unknown}")
     return [{f.name: getattr(p, f.name) for f in dataclasses.fields(p)} for p in out]
