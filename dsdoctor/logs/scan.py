@@ -102,6 +102,9 @@ class Scanner:
         self.ranks = RankCollector()
         self.files: list[FileSummary] = []
         self.notes: list[str] = []
+        # on_event also for a pattern counted only without others (counts_unless): for a caller
+        # that asks what each line says (tests), not one that counts events as they come (watch)
+        self.events_of_conditional_patterns = False
         # (file, line) of the huge line being matched, its matches and skipped hits per pattern id
         self._huge_line: tuple[str, int] | None = None
         self._huge_matched: dict[str, int] = {}
@@ -418,7 +421,8 @@ class Scanner:
                 self._emit(pat, Evidence(file=name, line=line, text=seg.text, rank=rank), values)
             # live watchers see only what always counts: a pattern counted only without others
             # (counts_unless) would count twice with them before the scan knows (aggregate.py)
-            if on_event is not None and not pat.counts_unless:
+            if on_event is not None and (not pat.counts_unless
+                                         or self.events_of_conditional_patterns):
                 on_event(pat.emits, finished(Evidence(file=name, line=line, text=seg.text,
                                                       rank=rank)), values)
         if cut > pos:
