@@ -461,10 +461,12 @@ class Scanner:
                            or secret_word(tail + m.group(1).decode("ascii")))
         # the previous line, when the buffer starts with this one: the end of the last chunk
         carry = self._wrap_carry.get(name, b"")[:-1] if line_start == 0 else b""
-        if not suspect and text[0] in _WORD_CHARS and (line_start > 0 or carry):
-            prev = (carry if line_start == 0
-                    else bytes(buf[max(0, line_start - 1 - WRAP_CONTEXT_BYTES):line_start - 1]))
-            prev = prev.rstrip(b"\r")
+        prev_raw: bytes | None = None  # the line before, read once: it is looked at, then joined
+        if (line_start > 0 or carry) and (text[0] in _WORD_CHARS or suspect):
+            prev_raw = (carry if line_start == 0 else
+                        bytes(buf[max(0, line_start - 1 - WRAP_CONTEXT_BYTES):line_start - 1]))
+        if not suspect and text[0] in _WORD_CHARS and prev_raw is not None:
+            prev = prev_raw.rstrip(b"\r")
             word = prev[len(prev.rstrip(_WORD_BYTES_STR)):]
             if word:
                 whole = len(word) == len(prev) or prev[-len(word) - 1] in _LINE_END_BYTES
@@ -472,11 +474,7 @@ class Scanner:
                     word.decode("ascii") + text[:len(text) - len(text.lstrip(_WORD_STR))])
         if not suspect:
             return seg
-        before = ""
-        if line_start > 0 or carry:
-            before = (carry if line_start == 0 else bytes(
-                buf[max(0, line_start - 1 - WRAP_CONTEXT_BYTES):line_start - 1])).decode(
-                "utf-8", "replace")
+        before = prev_raw.decode("utf-8", "replace") if prev_raw is not None else ""
         after = bytes(buf[nxt:stop]).decode("utf-8", "replace") if nxt < have else ""
         out = redact_wrapped_line(text, before, after)
         return seg if out == text else dataclasses.replace(seg, text=out)
