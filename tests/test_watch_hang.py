@@ -367,3 +367,39 @@ def test_cli_summary_after_the_tui_leads_with_the_culprit(capsys):
     assert "rank_failed_first.py:" in out[2] and "in check_batch" in out[2]
     # the exit line says the exit code the process gets, and why
     assert out[-1] == "dsdoctor watch: exit 1 (no error finding; the logs' verdict: failed)"
+
+
+def _zero3_dump(root_pid=None, procs=()):  # type: ignore[no-untyped-def]
+    """rank_stacks as it returns the real ZeRO-3 generate dumps: lines and each rank's frames."""
+    ranks = [stacks.RankStack(r, 100 + r, stacks.main_stack(stacks.parse_dump(
+        (DATA / "pyspy" / f"zero3_generate_rank{r}.txt").read_text()))) for r in (0, 1)]
+    return RankStacks(tuple("rank stacks: " + line for line in stacks.explain(ranks).lines), True,
+                      tuple((s.rank, stacks.log_frames(s)) for s in ranks))
+
+
+def test_the_final_analysis_reads_where_the_stacks_put_each_rank(tmp_path, monkeypatch):
+    """The summary's analysis gets the last stall's stacks: a rank the log says nothing of is
+    placed by its stack (rank 0 in generate's all-gather, rank 1 in the barrier)."""
+    monkeypatch.setattr(plain, "rank_stacks", _zero3_dump)
+    watch, _said, _clock = stalled_plain(tmp_path)
+    report = watch.analysis()
+    assert report is not None and report.ranks is not None
+    rows = {r.rank: r for r in report.ranks.ranks}
+    assert rows[0].from_stack and rows[0].entered == "generate"
+    assert rows[1].from_stack and rows[1].collective == "barrier"
+    assert rows[1].call_site is not None and rows[1].call_site.short.startswith(
+        "zero3_generate_hang.py:87 in worker")
+
+
+def test_a_stall_that_progress_cleared_leaves_the_final_analysis_to_the_log(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr(plain, "rank_stacks", _zero3_dump)
+    watch, _said, clock = stalled_plain(tmp_path)
+    clock.now += 14
+    with open(tmp_path / "train.log", "a") as fh:
+        fh.write(STEP.format(n=4))
+    while watch.follower.poll():
+        watch.report()
+    watch.report()
+    report = watch.analysis()
+    assert report is not None and report.ranks is None  # the log names no rank

@@ -239,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
                       "process group)", file=sys.stderr)
                 status, stopped = launched.stop(), True
         failed = status is not None and status.returncode != 0
-        code = _summarize(app.summary_findings(failed), _final_analysis(follower), stopped)
+        code = _summarize(app.summary_findings(failed), _final_analysis(follower, app.stall_seen),
+                          stopped)
     finally:
         if launched is not None and launched.poll() is None:
             print("dsdoctor: stopping the command (SIGINT, then SIGTERM, then SIGKILL to its "
@@ -253,11 +254,14 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _final_analysis(follower):  # noqa: ANN001, ANN202 - a Follower -> Report | None
-    """``analyze`` on the logs the TUI followed (the summary's verdict and ranks), or None."""
+def _final_analysis(follower, stall_seen=None):  # noqa: ANN001, ANN202 - -> Report | None
+    """``analyze`` on the logs the TUI followed and the ranks' stacks of its last stall (the
+    summary's verdict and ranks), or None."""
     from dsdoctor.watch.plain import PlainWatch  # noqa: PLC0415
 
-    return PlainWatch(follower).analysis()
+    plain = PlainWatch(follower)
+    plain.stall_seen = stall_seen
+    return plain.analysis()
 
 
 def _summarize(findings: list, report=None, stopped: bool = False) -> int:  # noqa: ANN001

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsdoctor.diagnose import problems, ranks, retry, verdict
 from dsdoctor.facts.inputs import AnalysisInputs
-from dsdoctor.logs.rankfacts import with_text
+from dsdoctor.logs.rankfacts import with_stacks, with_text
 from dsdoctor.logs.scan import ProgressFn, ScanResult, scan_files
 from dsdoctor.model import MARKER_FACTS, SYMPTOM_KINDS, Problem, Report, Verdict
 from dsdoctor.redact import redact_report
@@ -194,6 +194,8 @@ def analyze_with_run(inputs: AnalysisInputs, on_progress: ProgressFn | None = No
     scan = (scan_files(list(inputs.logs), engine=inputs.engine, on_progress=on_progress,
                        jobs=inputs.jobs)
             if inputs.logs else ScanResult(engine=inputs.engine))
+    if inputs.rank_stacks:  # watch's stacks: the rules (DS107) and the rank table read them
+        scan.ranks = with_stacks(scan.ranks, inputs.rank_stacks)
     trace = None
     if inputs.traces:
         from dsdoctor.diagnose import frmatch  # noqa: PLC0415 - only with --trace

@@ -84,6 +84,7 @@ class RankState:
     trace: str | None = None  # what its Flight Recorder dump says (diagnose/frmatch.py)
     host: str | None = None  # its node (the launcher's global_rank_mapping), when several
     launched: Where | None = None  # the launcher's line that spawned it into the log
+    from_stack: bool = False  # where it was comes from its live stack (watch), not its lines
 
     @property
     def signature(self) -> tuple[Any, ...]:
@@ -93,14 +94,17 @@ class RankState:
             return (self.state, (self.exception or "")[:60], site)
         if self.state in ("timed-out", "waiting"):
             return (self.state, self.collective, site, self.entered, self.seq,
-                    self.last_enqueued, self.lost_peer, self.trace)
+                    self.last_enqueued, self.lost_peer, self.trace, self.from_stack)
         if self.state == "exited":
             return (self.state, self.exit_code, self.trace)
-        return (self.state, self.trace, site, self.entered, self.frame.short if self.frame else None)
+        return (self.state, self.trace, site, self.entered, self.frame.short if self.frame else None,
+                self.from_stack)
 
     def phrase(self) -> str:
         """``timed out in all_reduce (SeqNum 956300) at train.py:56 in mean_loss``."""
         told = self._phrase()
+        if self.from_stack:
+            told += ", by its stack on the stall"
         if self.trace is None:
             return told
         if self.last_line is None and self.frame is None and self.last_enqueued is None:
@@ -130,6 +134,8 @@ class RankState:
             return f"exited with code {self.exit_code}"
         if self.state == "silent":
             return "printed nothing after its launch: no timeout, exception or lost peer"
+        if self.from_stack and self.frame is not None:
+            return f"in {self.entered}{site}" if self.entered else f"in its own code{site}"
         if self.frame is not None:  # a traceback that is no failure (an interrupt, a warning)
             return f"last frame in {self.entered}{site}" if self.entered else (
                 f"last frame{site}")
@@ -148,6 +154,7 @@ class RankState:
                 "call_site": self.call_site.to_dict() if self.call_site else None,
                 "entered": self.entered, "exit_code": self.exit_code, "lost_peer": self.lost_peer,
                 "host": self.host, "launched": _where_dict(self.launched),
+                "from_stack": self.from_stack,
                 "summary": self.phrase()} | ({"trace": self.trace} if self.trace else {})
 
 
@@ -276,9 +283,19 @@ def _time(*lines: Where | None) -> str | None:
     return None
 
 
+def _says_where(f: RankFacts) -> bool:
+    """The rank's own lines say where it was: a traceback, a timeout, an exception, the
+    watchdog's collective or counts. A lost peer alone says it waited, not in which collective."""
+    return bool(f.frames or f.timed_out or f.exception_at
+                or f.watchdog.get("op") or f.watchdog.get("last_enqueued") is not None)
+
+
 def state_of(f: RankFacts) -> RankState:
-    """One rank's row from its facts."""
-    frames = f.frames
+    """One rank's row from its facts. Where its lines do not say where it was, its live stack
+    (``watch``'s py-spy dump on the stall) does: a rank killed before its own timeout fired
+    prints nothing, whether it waited in another collective or was reading data."""
+    from_stack = bool(f.stack) and not _says_where(f)
+    frames = f.stack if from_stack else f.frames
     collective = _collective(frames)
     op = f.watchdog.get("op")
     if collective is None and isinstance(op, str) and op.upper() in NCCL_OPS:
@@ -301,7 +318,7 @@ def state_of(f: RankFacts) -> RankState:
         state = "waiting"
     elif f.exit_code is not None:
         state = "exited"
-    elif f.last is None and f.launched is not None:
+    elif f.last is None and f.launched is not None and not from_stack:
         state = "silent"
     else:
         state = "running"
@@ -313,7 +330,8 @@ def state_of(f: RankFacts) -> RankState:
         last_completed=num(f.watchdog.get("last_completed")), pg=num(f.watchdog.get("pg")),
         step=f.step, last_line=f.last, time=_time(decisive, f.last), exception=f.exception,
         frame=frames[-1] if frames else None, call_site=site, entered=entered,
-        exit_code=f.exit_code, lost_peer=lost, host=f.host, launched=f.launched)
+        exit_code=f.exit_code, lost_peer=lost, host=f.host, launched=f.launched,
+        from_stack=from_stack)
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -382,9 +400,10 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
     # 3. A rank in no collective (its frames say where) while the others wait in one; or, among
     # many ranks, the few that printed no timeout while all the others timed out in one; or a
     # rank the launcher spawned into this very log that printed nothing at all (no timeout, no
-    # lost peer, no traceback) while the others waited: a rank waiting in the collective would
-    # have said so (gloo raises on a lost peer at once), so it was elsewhere: reading data, in
-    # its own code, or gone without a word (SIGKILL).
+    # lost peer, no traceback) while the others waited: it never joined them, but where it was
+    # the log cannot say (reading data, its own code, gone without a word, or waiting in another
+    # collective and killed by the launcher before its own timeout fired; a live run showed the
+    # last: tests/test_watch_live_culprit.py, hang_desync_allreduce, rank 1 silent in CI).
     coll_keys = {(s.collective, s.seq) for s in stuck}
     outside = [s for s in states if s.state in ("running", "exited") and s.frame is not None]
     silent = [s for s in states if s.state in ("running", "silent") and s.frame is None]
@@ -409,9 +428,11 @@ def _culprit(states: list[RankState]) -> tuple[Culprit | None, str]:
         if first.frame is not None:
             where = f" ({first.phrase()})"
         elif first.state == "silent":
-            where = (": it printed no timeout, exception or lost peer, so it was not waiting "
-                     "in it (its stack, which the log does not have, says where: reading data, "
-                     "its own code)")
+            # Killed by the launcher once the first rank died, a rank waiting in a collective
+            # it entered later (a desync: under `if rank == 0:` the others run on into the next
+            # step's collective) prints no more than one reading data: its stack tells them apart.
+            where = (": it printed no timeout, exception or lost peer; where it was instead "
+                     "(reading data, its own code, another collective) only its stack says")
         else:
             where = ": it printed no timeout"
         sentence = (f"{who} never entered {coll}{where}; {whom} only "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from dsdoctor.logs.rankfacts import Frame
     from dsdoctor.settings import Selection
 
 R = TypeVar("R")
@@ -46,6 +47,9 @@ class AnalysisInputs:
     traces: tuple[str, ...] = ()  # Flight Recorder dumps: per-rank files, or folders of them
     # which rules report (dsdoctor/settings.py: --select/--ignore, [tool.dsdoctor]); None: all
     selection: Selection | None = None
+    # each rank's Python stack as ``watch`` read it with py-spy on a stall, outermost first:
+    # where a rank was when its own lines do not say (logs/rankfacts.with_stacks)
+    rank_stacks: tuple[tuple[int, tuple[Frame, ...]], ...] = ()
 
     @classmethod
     def of(cls, logs: Sequence[str] = (), configs: Sequence[str] = (), model: str | None = None,

@@ -101,6 +101,8 @@ class RankFacts:
     exit_at: Where | None = None
     launched: Where | None = None  # the launcher's line that spawned it (its output is this log)
     host: str | None = None  # its node's name in the launcher's global_rank_mapping
+    # its Python stack as py-spy read it on a stall (``watch``), outermost first; () from a log
+    stack: tuple[Frame, ...] = ()
 
 
 @dataclass
@@ -372,4 +374,16 @@ def with_text(facts: RankFacts, fn: Callable[[str], str]) -> RankFacts:
                    host=fn(facts.host) if facts.host else facts.host)
 
 
-__all__ = ["MAX_FRAMES", "MAX_RANKS", "RANKLESS_EMITS", "Frame", "RankCollector", "RankFacts", "Where", "with_text"]
+def with_stacks(ranks: dict[int, RankFacts],
+                stacks: tuple[tuple[int, tuple[Frame, ...]], ...]) -> dict[int, RankFacts]:
+    """``ranks`` with each rank's live stack (``watch``'s py-spy dump on a stall) added; a rank
+    the log never named gets facts of its own (its stack is the evidence that it ran)."""
+    out = dict(ranks)
+    for rank, frames in stacks:
+        if frames and (rank in out or len(out) < MAX_RANKS):
+            out[rank] = replace(out.get(rank) or RankFacts(rank), stack=frames)
+    return out
+
+
+__all__ = ["MAX_FRAMES", "MAX_RANKS", "RANKLESS_EMITS", "Frame", "RankCollector", "RankFacts", "Where",
+           "with_stacks", "with_text"]

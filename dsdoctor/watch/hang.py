@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from dsdoctor.logs.rankfacts import Frame
 from dsdoctor.model import Evidence, Finding, Report
 from dsdoctor.watch.progress import StallStatus
 
@@ -34,6 +35,8 @@ class StallSeen:
     # the stall ended on new output but no new progress line (a timeout's traceback, the
     # launcher's exit lines): if the run then failed, that output was the hang's end, not progress
     by_output: bool = False
+    # each rank's stack as traceback frames: the final analysis reads where each rank was
+    rank_frames: tuple[tuple[int, tuple[Frame, ...]], ...] = ()
 
     def resumed(self, stalled_for: float, by_output: bool = False) -> StallSeen:
         return replace(self, cleared_after=stalled_for, by_output=by_output)

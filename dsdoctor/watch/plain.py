@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from dsdoctor.logs.rankfacts import Frame as LogFrame
 from dsdoctor.model import Finding, Report
 from dsdoctor.redact import Redactor
 from dsdoctor.safeio import one_line
@@ -40,6 +41,8 @@ class RankStacks:
 
     lines: tuple[str, ...]
     dumped: bool
+    # each known rank's stack as traceback frames (outermost first), for the final analysis
+    frames: tuple[tuple[int, tuple[LogFrame, ...]], ...] = ()
 
 
 def rank_stacks(root_pid: int | None = None,
@@ -66,7 +69,9 @@ def rank_stacks(root_pid: int | None = None,
         return RankStacks((f"rank stacks: py-spy is not installed: {stacks.INSTALL_HINT}",), False)
     dumped = stacks.dump_ranks(found, exe)
     lines = tuple("rank stacks: " + line for line in stacks.explain(dumped).lines)
-    return RankStacks(lines, any(s.frames for s in dumped))
+    frames = tuple((s.rank, stacks.log_frames(s)) for s in dumped
+                   if s.rank is not None and s.frames)
+    return RankStacks(lines, any(s.frames for s in dumped), frames)
 
 
 def rank_stack_lines(root_pid: int) -> list[str]:
@@ -80,7 +85,7 @@ def seen_stall(status: StallStatus, dump: RankStacks | None) -> StallSeen:
     if dump is None:
         return StallSeen(status, stacks_note="no rank process known (give --pid PID)")
     if dump.dumped:
-        return StallSeen(status, stacks=stack_lines(dump.lines))
+        return StallSeen(status, stacks=stack_lines(dump.lines), rank_frames=dump.frames)
     return StallSeen(status, stacks_note="; ".join(stack_lines(dump.lines)))
 
 
@@ -233,8 +238,13 @@ class PlainWatch:
         """``analyze`` on the logs read: the verdict and the per-rank table for the summary."""
         from dsdoctor.diagnose.pipeline import analyze  # noqa: PLC0415
 
+        seen = self.stall_seen
+        # a stall that progress cleared says nothing of where the ranks were at the end
+        live = seen is not None and (seen.cleared_after is None or seen.by_output)
+        frames = seen.rank_frames if seen is not None and live else ()
         try:
-            return analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths)))
+            return analyze(replace(self.follower.inputs, logs=tuple(self.follower.paths),
+                                   rank_stacks=frames))
         except Exception as exc:  # noqa: BLE001 - the summary is said even when this fails
             print(f"dsdoctor: warning: the final analysis failed ({exc}); the summary has "
                   "watch's findings only", file=sys.stderr, flush=True)

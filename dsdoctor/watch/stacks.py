@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from dsdoctor.logs.rankfacts import Frame as LogFrame
 from dsdoctor.watch.ranks import RankProcess
 
 DUMP_TIMEOUT = 30.0
@@ -119,6 +120,14 @@ def main_stack(threads: Sequence[ThreadStack]) -> tuple[Frame, ...]:
         if t.name == "MainThread":
             return t.frames
     return threads[0].frames if threads else ()
+
+
+def log_frames(stack: RankStack) -> tuple[LogFrame, ...]:
+    """A py-spy stack (innermost first) as a traceback's frames (outermost first), the form the
+    rank table reads (diagnose/ranks.py). py-spy names a function by its qualified name
+    (``worker.<locals>.mean_loss``); a traceback, and so the table, by its own (``mean_loss``)."""
+    return tuple(LogFrame(f.file, f.line or 0, f.function.rsplit(".", 1)[-1])
+                 for f in reversed(stack.frames))
 
 
 def find_py_spy() -> str | None:

@@ -66,7 +66,10 @@ def collective_timeout(ctx: Context, rule: Any) -> Iterator[Finding]:
                 "run under `dsdoctor watch -- CMD`, which dumps every rank's stack on a stall). "
                 "A rank outside the collective is usually reading data (a slow or hung "
                 "filesystem, a DataLoader worker), saving, or evaluating alone; a longer timeout "
-                "helps only when that work is slow but ends, and hides a stall that does not")
+                "helps only when that work is slow but ends, and hides a stall that does not. "
+                "If its stack is in another collective, the one the others timed out in runs "
+                "on some ranks only (under `if rank == 0:`, after an early return): make every "
+                "rank call it")
         else:
             did = ("fell behind: find what it did instead (its last lines, py-spy dump)"
                    if culprit.kind == "behind" else f"took a path the others did not{where}")
