@@ -13,7 +13,7 @@ import re
 import pytest
 from regex_steps import Counter, OverBudget
 
-from dsdoctor.redact import identity, names, redactor
+from dsdoctor.redact import entropy, identity, names, redactor
 from dsdoctor.redact.formats import secret_formats
 
 _GROWTH_LIMIT = 8
@@ -30,6 +30,11 @@ def _patterns() -> list[tuple[str, str, list[str]]]:
                    "password: 'a b", 'password: "a b', "a=b "]
     for name in ("_ASSIGN", "_FLAG", "_VALUE_END"):
         out.append((f"names.{name}", getattr(names, name).pattern, named_seeds))
+    pair_seeds = ['"x": "iK2ZWeqhFWCEPyYngFb51yBMW"', "x=iK2ZWeqhFWCEPyYngFb51yBMW", "a: b",
+                  "GPU-8e3c1b2a-1d2e", "global_step1000_Model2"]
+    for name in ("_PAIR", "_HEX", "_UUID", "_PREFIXED_HEX", "_LOWER_RUN", "_WORD_PART",
+                 "_CAPITALIZED"):
+        out.append((f"entropy.{name}", getattr(entropy, name).pattern, pair_seeds))
     for name in ("_ENCODED_RUN", "_MARKER_RUN", "_TOKEN_RUN"):
         out.append((f"redactor.{name}", getattr(redactor, name).pattern, ["a%3Db", "<redacted>"]))
     for name in ("_B64_RUN", "_WRAP_TAIL", "_WRAP_HEAD"):

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, unquote
 
+from dsdoctor.redact.entropy import redact_random_values
 from dsdoctor.redact.formats import REDACTED, redact_formats
 from dsdoctor.redact.names import harmless_value, is_secret_name, redact_named
 
@@ -38,7 +39,7 @@ _URL_SAFE = "/:?&=@;,+$-_.!~*'()<>[]#"
 
 
 def _redact_plain(text: str) -> str:
-    return redact_named(redact_formats(text))
+    return redact_random_values(redact_named(redact_formats(text)))
 
 
 def _redact_encoded(m: re.Match[str]) -> str:
