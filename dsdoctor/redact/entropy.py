@@ -23,13 +23,17 @@ from collections import Counter
 
 from dsdoctor.redact.formats import REDACTED
 
-# key <sep> value, the value one run of token characters (optionally quoted). The key starts at
-# a word's first character (the look-behind), so a flag's name (--world_info=) is no key here;
-# both runs are possessive and bounded: linear (tests/test_redact_linear.py counts its steps).
-_PAIR = re.compile(
-    r"(?P<key>(?<![A-Za-z0-9_.-])[A-Za-z_][A-Za-z0-9_.-]{0,100}+)\\?[\"']?[ \t]*+[:=][ \t]*+"
-    r"(?P<quote>\\?[\"']?)(?P<val>[A-Za-z0-9_+/=-]{20,512}+)"
-    r"(?![A-Za-z0-9_+/=.-])")
+# A run of token characters (20-512, base64's padding after), whole: it neither starts nor ends
+# inside a longer run; an "=" before it is a separator (x=VALUE). Cheap
+# to scan for (one character class); only a run that looks random is checked for a name before it.
+_RUN = re.compile(r"(?<![A-Za-z0-9_+/.-])[A-Za-z0-9_+/-]{20,512}+={0,2}+(?![A-Za-z0-9_+/=.-])")
+# What must stand right before such a run: key <sep>, optionally quoted (JSON, YAML, env, Python
+# dict, JSON inside a JSON string). The key starts at a word's first character, so a flag's name
+# (--world_info=) is no key. Possessive and bounded: linear (tests/test_redact_linear.py).
+_KEY_BEFORE = re.compile(
+    r"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z_][A-Za-z0-9_.-]{0,100}+)\\?[\"']?[ \t]*+[:=][ \t]*+"
+    r"\\?[\"']?\Z")
+_KEY_REACH = 112  # the longest key, its quotes and blanks
 _HEX = re.compile(r"[0-9a-fA-F]++")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 #: A GPU or MIG device UUID (``GPU-8e3c1b2a-...``): an id that CUDA_VISIBLE_DEVICES names.
@@ -94,20 +98,31 @@ def _key_says_what(key: str) -> bool:
     return bool(words & _SAYS_WHAT)
 
 
+def neutral_named_values(text: str) -> list[tuple[str, str, int, int]]:
+    """(key, value, start, end) of each random-looking value under a name that does not say
+    what it is."""
+    found = []
+    for m in _RUN.finditer(text):
+        val = m.group(0)
+        if not random_looking(val):
+            continue
+        key = _KEY_BEFORE.search(text, max(0, m.start() - _KEY_REACH), m.start())
+        if key is not None and not _key_says_what(key.group("key")):
+            found.append((key.group("key"), val, m.start(), m.end()))
+    return found
+
+
 def redact_random_values(text: str) -> str:
     """``text`` with random-looking values under neutral names replaced by ``<redacted>``."""
     if len(text) < 22:
         return text
+    found = neutral_named_values(text)
+    if not found:
+        return text
     out: list[str] = []
     pos = 0
-    for m in _PAIR.finditer(text):
-        val = m.group("val")
-        if not random_looking(val) or _key_says_what(m.group("key")):
-            continue
-        out.append(text[pos:m.start("val")])
-        out.append(REDACTED)
-        pos = m.end("val")
-    if not out:
-        return text
+    for _key, _val, start, end in found:
+        out += [text[pos:start], REDACTED]
+        pos = end
     out.append(text[pos:])
     return "".join(out)
