@@ -548,6 +548,22 @@ def checkpoint_error(ctx: Context, rule: Any) -> Iterator[Finding]:
         fix = ("save through Trainer.save_model / model.save_pretrained, which drop the tied "
                "copies before writing (or safetensors.torch.save_model for a plain module); or "
                "untie the weights (clone one of them) before saving")
+    elif p.get("ds-checkpoint-no-zero-files"):
+        d = next(iter(_texts(s.values.get("ckpt_dir"))), None)
+        msg = ("DeepSpeed's checkpoint reader found no ZeRO shard files (zero_pp_rank_*)"
+               + (f" in {d}" if d else "") + f" (line {s.first.line}): the folder is not a "
+               "global_stepN folder of a DeepSpeed save, or the save wrote no optimizer shards.")
+        fix = ("point the conversion at the global_stepN folder that holds the zero_pp_rank_* "
+               "files (list it first); a checkpoint saved without them (model weights only) "
+               "cannot be converted this way")
+    elif p.get("torch-storage-write-failed"):
+        # a save: torch's storage writer (torch.save's legacy format, distributed checkpoint)
+        reason = next(iter(_texts(s.values.get("reason"))), None)
+        msg = ("Saving failed: torch could not write a tensor to the checkpoint file"
+               + (f" ({reason})" if reason else "") + f" (line {s.first.line}); that "
+               "checkpoint is incomplete.")
+        fix = ("check the file system the checkpoint goes to (free space: df -h; its errors: "
+               "dmesg -T), then resume from the last complete checkpoint; delete the partial file")
     elif p.get("torch-load-damaged-archive"):
         msg = (f"The checkpoint file is not a readable zip archive (line {s.first.line}): torch.load "
                "found no central directory, the index a zip writer puts at the end of the file; "
