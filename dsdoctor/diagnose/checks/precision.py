@@ -43,6 +43,13 @@ _HYSTERESIS_SLACK = 4
 #: verdict judges it: verdict.MAX_WARMUP_SKIPS, verdict.SKIPPED_SHARE_NOT_LEARNING).
 _MOSTLY_SKIPPED_MIN = 40
 _MOSTLY_SKIPPED_SHARE = 0.5
+#: Patterns whose line says the trainer stopped because too many steps in a row overflowed
+#: (GPT-NeoX's OverflowMonitor): the scaler's search failed, whatever the count of lines.
+_GAVE_UP_PATTERNS = ("neox-overflow-monitor",)
+
+
+def _gave_up(s: Symptom) -> bool:
+    return any(s.patterns.get(p) for p in _GAVE_UP_PATTERNS)
 
 
 def _lowest_scale(s: Symptom) -> Any:
@@ -108,7 +115,7 @@ def is_collapse(ctx: Context) -> bool:
     low = _lowest_scale(s)
     if isinstance(low, (int, float)) and low <= _LOW_SCALE:
         return True
-    if mostly_skipped(ctx):
+    if _gave_up(s) or mostly_skipped(ctx):
         return True
     events = overflow_events(ctx, s)
     return events > _BURST_MAX and not scale_rose_again(s, events)
@@ -152,7 +159,12 @@ def loss_scale_collapse(ctx: Context, rule: Any) -> Iterator[Finding]:
     col = ctx.symptom("loss-scale-collapse")
     ovf = ctx.symptom("fp16-overflow")
     if ovf is not None:
-        parts.append(_overflow_summary(ovf))
+        skipped = vals(ovf, "skipped", "max")
+        if _gave_up(ovf) and isinstance(skipped, int):
+            parts.append(f"the trainer stopped after {skipped} iterations in a row were skipped "
+                         f"for fp16 overflows (line {ovf.last.line})")
+        else:
+            parts.append(_overflow_summary(ovf))
         ev.extend(ovf.evidence)
     if col is not None:
         # every rank prints the one collapse: "on 2 ranks", not "2 time(s)"
