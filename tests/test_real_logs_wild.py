@@ -71,6 +71,15 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
         "found as disk-full; only the save frames (save_weights -> save_file) say it was the "
         "checkpoint, and real_logs_extra's llamafactory5155 forbids checkpoint-error on the same "
         "safetensors save error without frames",
+    ("cpu-oom__accelerate1214-llama30b-shards-61-of-61-then-sigterm-exitcode-minus-9-rich-box.log",
+     "launcher-nonzero-exit"):
+        "as firefly171: the -9 exit line is told as cpu-oom (a SIGKILL: fate killed), not a second "
+        "kind",
+    ("error-line__pt116974-fastai-ddp-epoch-table-snapshot-saved-then-traceback-header.log",
+     "error-line"):
+        "the one error-like line is a traceback header with nothing after it: read as a cut "
+        "traceback (python-exception, DS121), as unsloth2387's label wants; error-line is for "
+        "lines no pattern knows",
 }
 
 
@@ -88,6 +97,21 @@ KNOWN_FALSE_POSITIVES: dict[tuple[str, str], str] = {
 #: log -> why dsdoctor's retry answer differs from the label's (a failed run's). Each must still
 #: differ: one that agrees must leave the list.
 RETRY_MISSES: dict[str, str] = {
+    "cpu-oom__accelerate1214-llama30b-shards-61-of-61-then-sigterm-exitcode-minus-9-rich-box.log":
+        "a bare exit -9 after the shards loaded: a SIGKILL that nothing in the log explains "
+        "(unknown), as firefly171's and chinesellamaalpaca2-92's labels answer; this one says no",
+    "error-line__xtuner902-mmengine-warning-command-error-ndarray-repr-then-usage-text.log":
+        "xtuner's 'command error' names numpy failing to configure its repr (an environment that "
+        "fails the same way: no); no rule knows that message, so the error-line answers unknown",
+    "gpu-oom__xtuner319-wsl-deepspeed-see-memory-usage-then-bnb-error-out-of-memory-line-380.log":
+        "a GPU OOM recurs with the same setup (no); the label's unknown weighs the user's word "
+        "that WSL's memory limit, not the setup, is the cause",
+    "launcher-nonzero-exit__llmfoundry215-quickstart-mpt125m-cannot-writeback-rank-0-crashed-exit-1.log":
+        "'Cannot writeback when the parameter shape changes' is FSDP under torch 2 refusing the "
+        "setup (no), but a RuntimeError alone is no bug class DS113 knows: unknown",
+    "python-exception__ds3645-ctrl-c-sigkill-handler-nameerror-kill-cmd.log":
+        "the runner's signal handler in the frames says the run was stopped (a resume carries on, "
+        "yes, as accelerate2724); the label's unknown weighs the handler's own NameError",
     "cuda-error__ohabana1038-sdxl-train-terminate-habana-fatal-capture-stream.log":
         "Habana's 'Capture must end on the same stream it began on' is a programming error (no), "
         "but DS115 knows no Gaudi message: unknown",
