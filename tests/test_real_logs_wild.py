@@ -82,6 +82,11 @@ KNOWN_FALSE_POSITIVES: dict[tuple[str, str], str] = {
         "a bare exit -7 (SIGBUS) is read as /dev/shm exhausted, as real_logs_extra's axolotl891 "
         "label wants from an equally bare `exitcode: -7`; this label forbids it: the labels "
         "disagree on the same evidence",
+    ("error-line__bnb1281-xgpu-lite-client-lines-then-native-library-load-failure-traceback-cut.log",
+     "python-exception"):
+        "bitsandbytes' cextension traceback (get_native_library -> ctypes LoadLibrary), cut: a "
+        "traceback is never silence (logs/tracebacks.py); bnb1614's label wants python-exception "
+        "from the same traceback whole, this one forbids it",
 }
 
 
