@@ -50,9 +50,9 @@ class Outcome:
     false_positives: frozenset[str]
 
 
-def labelled(folder: Path) -> list[dict[str, str]]:
+def labelled(folder: Path, labels_glob: str = "labels*.tsv") -> list[dict[str, str]]:
     rows: list[dict[str, str]] = []
-    for labels in sorted(folder.glob("labels*.tsv")):
+    for labels in sorted(folder.glob(labels_glob)):
         with labels.open(encoding="utf-8", newline="") as fh:
             rows += [r for r in csv.DictReader(fh, delimiter="\t") if r.get("file")]
     return rows
@@ -73,9 +73,10 @@ def analyze(log: Path, tree: Path, python: str) -> tuple[dict, int]:
 
 
 def measure(folder: Path, tree: Path, python: str,
-            exclude: frozenset[str] | set[str] = frozenset()) -> list[Outcome]:
+            exclude: frozenset[str] | set[str] = frozenset(),
+            labels_glob: str = "labels*.tsv") -> list[Outcome]:
     out = []
-    for row in labelled(folder):
+    for row in labelled(folder, labels_glob):
         if canonical(row["source"]) in exclude:
             continue
         doc, code = analyze((folder / row["file"]).resolve(), tree, python)
@@ -119,11 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude-source", action="append", default=[], metavar="URL",
                     help="leave out the logs of this thread (one that shares its paste with an "
                          "open thread); only the source column is read")
+    ap.add_argument("--labels", default="labels*.tsv", metavar="GLOB",
+                    help="the label files to read (labels-[h-k].tsv: one collection's logs)")
     ap.add_argument("--misses", action="store_true",
                     help="list the logs missed (do not use on the sealed set while writing patterns)")
     args = ap.parse_args(argv)
     outcomes = measure(args.folder, args.tree.resolve(), args.python,
-                       exclude={canonical(u) for u in args.exclude_source})
+                       exclude={canonical(u) for u in args.exclude_source},
+                       labels_glob=args.labels)
     s = summary(outcomes)
     if args.json:
         print(json.dumps(s, indent=2, default=dict))

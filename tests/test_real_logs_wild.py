@@ -91,6 +91,11 @@ KNOWN_FALSE_POSITIVES: dict[tuple[str, str], str] = {
         "a bare exit -7 (SIGBUS) is read as /dev/shm exhausted, as real_logs_extra's axolotl891 "
         "label wants from an equally bare `exitcode: -7`; this label forbids it: the labels "
         "disagree on the same evidence",
+    ("error-line__bnb1281-xgpu-lite-client-lines-then-native-library-load-failure-traceback-cut.log",
+     "python-exception"):
+        "bitsandbytes' cextension traceback (get_native_library -> ctypes LoadLibrary), cut: a "
+        "traceback is never silence (logs/tracebacks.py); bnb1614's label wants python-exception "
+        "from the same traceback whole, this one forbids it",
 }
 
 
@@ -112,6 +117,56 @@ RETRY_MISSES: dict[str, str] = {
     "python-exception__ds3645-ctrl-c-sigkill-handler-nameerror-kill-cmd.log":
         "the runner's signal handler in the frames says the run was stopped (a resume carries on, "
         "yes, as accelerate2724); the label's unknown weighs the handler's own NameError",
+    # the third collection (labels-h..k): answers that stay "unknown" where the label reads the
+    # message (a RuntimeError is raised by CUDA, NCCL and I/O as well as by the code's own bugs)
+    "python-exception__ds7397-comms-logger-straggler-allreduce-no-backend-cpu.log":
+        "RuntimeError is no class of code error DS113 knows (CUDA, NCCL, I/O raise it too): "
+        "unknown; the label reads the message (a CPU tensor all-reduced on NCCL: no)",
+    "python-exception__bnb492-centos-rich-box-tail-runtimeerror-cuda-setup-failed.log":
+        "bitsandbytes' CUDA setup fails the same way on every run (no), but a bare RuntimeError "
+        "with its message wrapped on the next lines answers unknown",
+    "python-exception__bnb1522-runtimeerror-cuda-setup-failed-message-only.log":
+        "as bnb492: RuntimeError with the CUDA-setup message on the lines after it (unknown)",
+    "python-exception__alignmenthandbook170-zero3-sft-run-backward-size-of-tensor-a-0-mismatch.log":
+        "a shape mismatch is a code error (no), but RuntimeError is no class DS113 knows: unknown",
+    "python-exception__neox1165-docker-pythia-14m-apex-fusedadam-requires-cuda-extensions.log":
+        "apex built without its CUDA extensions fails on every run (no); the RuntimeError answers "
+        "unknown",
+    "cuda-error__bnb107-rocm61-runtimeerror-hipblas-status-not-supported-then-bar-0-of-3000.log":
+        "HIPBLAS_STATUS_NOT_SUPPORTED is the ROCm build's (no); DS115 tells a code error from a "
+        "failing GPU only by CUDA's messages: unknown",
+    "loss-zero__lf9567-qwen25-sft-two-dicts-loss-0-grad-norm-fixed-1.732-trailing-spaces.log":
+        "two zero-loss dicts make the verdict not-learning, but DS104 (whose answer is no) wants "
+        "three: no rule answers (unknown)",
+    "failed__xtuner324-two-gpu-zero2-torchrun-banner-then-two-tracebacks-interleaved-cut.log":
+        "the tracebacks are cut before their exception lines: the label reads the thread's title "
+        "(ModuleNotFoundError: no); the log cannot say (unknown)",
+    "error-line__colossalai4318-cli-2-nodes-failed-to-run-torchrun-io-operation-on-closed-file.log":
+        "'I/O operation on closed file' from ColossalAI's launcher: a bug (no) no rule knows "
+        "(unknown)",
+    "error-line__neoxpr507-fused-kernels-configured-but-not-installed-banner.log":
+        "GPT-NeoX's 'Fused kernels configured but not installed' recurs until they are built "
+        "(no); no rule knows the banner (unknown)",
+    "error-line__neox610-fused-kernels-install-finished-then-train-says-configured-but-not-installed.log":
+        "as neoxpr507 (unknown)",
+    "launcher-nonzero-exit__colossalai6390-fp8-hybrid-childfailederror-rank1-then-failed-to-run-torchrun-bad-exit.log":
+        "rank 1's own error is not in the paste (only ChildFailedError's root-cause block): the "
+        "label reads the thread (fp8 bug: no); unknown",
+    "port-in-use__mlm343-tcp-rendezvous-runtimeerror-address-already-in-use-unindented.log":
+        "as dlrover443: DS112 helps on another port or node, fails on the same port while the "
+        "process holding it lives (unknown)",
+    "port-in-use__accelerate74-two-runs-tcpstore-runtimeerror-address-already-in-use-glued.log":
+        "as dlrover443 (unknown)",
+    "port-in-use__pt126510-torchrun-ddp-server-socket-bind-29400-errno-98.log":
+        "as dlrover443 (unknown)",
+    "port-in-use__torchft30-lighthouse-runtimeerror-address-already-in-use-os-error-98.log":
+        "as dlrover443 (unknown)",
+    "python-exception__pt107021-torchrun-c10d-client-socket-timed-out-60s-rendezvousconnectionerror.log":
+        "DS113 reads RendezvousConnectionError as a lost connection (yes); here the first "
+        "connection to the master timed out, which a wrong address repeats (label unknown)",
+    "nccl-error__verl108-prime-multinode-barrier-distbackenderror-unhandled-system-error-connect.log":
+        "the Connect failure is on a '[Service thread] Error encountered progressing' line no "
+        "pattern reads; the system error alone answers unknown (DS114), the label yes",
     "cuda-error__ohabana1038-sdxl-train-terminate-habana-fatal-capture-stream.log":
         "Habana's 'Capture must end on the same stream it began on' is a programming error (no), "
         "but DS115 knows no Gaudi message: unknown",

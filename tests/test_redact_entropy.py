@@ -78,6 +78,7 @@ HEX32 = "".join(_RNG.choice("0123456789abcdef") for _ in range(32))
     "checkpoint: global_step1000_Model2Layer3",
     "logdir: /home/ubuntu/ray_results/AlpaTrainer_2022-08-04_22-02-35",
     "world_info: eyJsb2NhbGhvc3QiOiBbMCwgMV19",  # base64 of text: the base64 pass reads it
+    "ImportError: undefined symbol: _ZN3c104cuda20CUDACachingAllocator9allocatorE",  # llmfoundry#62
     f"commit: {COMET}",  # a name that says what the value is
     f"run_id={COMET}",
     f"error while reading {COMET} from the cache",  # a bare word: no name at all

@@ -69,6 +69,12 @@ CAUSE_CASES: tuple[dict[str, str], ...] = (
              r"DistNetworkError|Destination is unreachable|network (?:error|is unreachable)",
      "value": YES, "reason": "a rank lost its connection to the others (the network, a node that "
                              "went away): transient, a retry can pass"},
+    # bitsandbytes without a native library for this CUDA (formats/bitsandbytes.yaml): not built
+    # or not shipped for it, so every start meets it again
+    {"text": r"Could not load bitsandbytes native library|bitsandbytes library load error|"
+             r"CUDA SETUP: CUDA detection failed",
+     "value": NO, "reason": "bitsandbytes has no native library it can load for this CUDA: "
+                            "every run meets it until a matching build is installed"},
     # sbatch refusing what the job asks (formats/scheduler.yaml, sbatch-submission-failed);
     # "Socket timed out" (slurmctld busy) is not among them: it passes later
     {"text": r"Batch job submission failed: (?:Requested time limit is invalid|"

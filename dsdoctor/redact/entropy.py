@@ -8,7 +8,8 @@ more, that mixes upper case, lower case and digits the way a random key does and
 
 What stays (tests/test_redact_entropy.py): pure hex and UUIDs (a git hash, a checksum or a run id
 looks exactly like a Datadog key, and a diagnosis quotes them: docs/security.md, "Limits"),
-identifiers (``Qwen2VLForConditionalGeneration``: long lower-case runs, few digits), base64 that
+identifiers (``Qwen2VLForConditionalGeneration``: long lower-case runs, few digits), mangled C++
+symbols (``undefined symbol: _ZN3c10...``), base64 that
 decodes to text (the base64 pass reads it: ``world_info``), and any value under a name that says
 what it is (``commit``, ``sha``, ``run_id``, ``model``, ``path``).
 """
@@ -36,6 +37,9 @@ _KEY_BEFORE = re.compile(
 _KEY_REACH = 112  # the longest key, its quotes and blanks
 _HEX = re.compile(r"[0-9a-fA-F]++")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+#: A C++ symbol as the Itanium ABI mangles it (``_ZN3c104cuda20CUDACachingAllocator9allocatorE``,
+#: in "undefined symbol: ..."): lengths and names, no key.
+_MANGLED = re.compile(r"_Z[A-Z]{0,4}+[0-9]")
 #: A GPU or MIG device UUID (``GPU-8e3c1b2a-...``): an id that CUDA_VISIBLE_DEVICES names.
 _PREFIXED_HEX = re.compile(r"[A-Za-z]{1,8}+-[0-9a-fA-F-]++")
 _LOWER_RUN = re.compile(r"[a-z]{10,}")  # in a random 50-character key: 1 in ~100
@@ -79,7 +83,7 @@ def _decodes_to_text(run: str) -> bool:
 def random_looking(value: str) -> bool:
     """A run that looks like a generated key: mixed case and digits, spread out, no word."""
     if _HEX.fullmatch(value.replace("-", "")) or _UUID.fullmatch(value) or \
-            _PREFIXED_HEX.fullmatch(value):
+            _PREFIXED_HEX.fullmatch(value) or _MANGLED.match(value):
         return False
     body = value.rstrip("=")
     digits = sum(c.isdigit() for c in body)
