@@ -82,6 +82,10 @@ KNOWN_FALSE_POSITIVES: dict[tuple[str, str], str] = {
         "a bare exit -7 (SIGBUS) is read as /dev/shm exhausted, as real_logs_extra's axolotl891 "
         "label wants from an equally bare `exitcode: -7`; this label forbids it: the labels "
         "disagree on the same evidence",
+    ("launcher-nonzero-exit__xtuner80-zero2-deepspeed-info-then-elastic-exitcode-minus-7-childfailederror.log",
+     "shm-exhausted"):
+        "a bare `exitcode: -7` (SIGBUS), read as /dev/shm exhausted as gptneox940's above: the "
+        "labels disagree on the same evidence",
 }
 
 
@@ -122,6 +126,8 @@ RETRY_MISSES: dict[str, str] = {
         "that the run was stuck first is the user's word in the thread (unknown)",
     "launcher-nonzero-exit__gptneox940-tutorial-sigkill-handler-base64-config-return-code-minus-7.log":
         "the bare exit -7 read as /dev/shm (KNOWN_FALSE_POSITIVES) answers as DS116 does: no",
+    "launcher-nonzero-exit__xtuner80-zero2-deepspeed-info-then-elastic-exitcode-minus-7-childfailederror.log":
+        "the bare exit -7 read as /dev/shm, as gptneox940 (KNOWN_FALSE_POSITIVES): DS116 says no",
 }
 RETRIABLE = ("yes", "no", "unknown")
 
