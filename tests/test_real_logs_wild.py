@@ -126,6 +126,9 @@ RETRY_MISSES: dict[str, str] = {
         "that the run was stuck first is the user's word in the thread (unknown)",
     "launcher-nonzero-exit__gptneox940-tutorial-sigkill-handler-base64-config-return-code-minus-7.log":
         "the bare exit -7 read as /dev/shm (KNOWN_FALSE_POSITIVES) answers as DS116 does: no",
+    "cpu-oom__verl993-qwen25vl-raylet-node-manager-2-workers-killed-memory-pressure.log":
+        "Ray's monitor killed workers for the node's RAM: DS106 says the same load needs the same "
+        "RAM (no), as wmpo3's label on the same line; this label says unknown",
     "launcher-nonzero-exit__xtuner80-zero2-deepspeed-info-then-elastic-exitcode-minus-7-childfailederror.log":
         "the bare exit -7 read as /dev/shm, as gptneox940 (KNOWN_FALSE_POSITIVES): DS116 says no",
 }
