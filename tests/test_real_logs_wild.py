@@ -115,6 +115,9 @@ RETRY_MISSES: dict[str, str] = {
     "cuda-error__ds4945-dschat-step3-zero3-e2e-latency-then-illegal-memory-access-elided.log":
         "the label says an illegal memory access recurs (no); three other labels (verl246, "
         "unsloth2886, pytorch91653) say unknown, as DS115 does: a kernel's bug or a failing GPU",
+    "cuda-error__pt82079-fsdp-unet-forward-nccl-warn-cuda-failure-illegal-memory-access.log":
+        "an illegal memory access, as ds4945: the label says it recurs (no); DS115 says a kernel's "
+        "bug or a failing GPU (unknown)",
     "stopped__verl1860-grpo-absl-sigterm-received-at-time-pc-futexwaiter-frames.log":
         "a run stopped by SIGTERM carries on from a resume (yes, as collectors a-c labelled "
         "stopped runs); this label says unknown",
