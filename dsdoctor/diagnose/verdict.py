@@ -108,6 +108,10 @@ HOST_OOM_KILL_PATTERNS = frozenset({
 #: Ray's memory-monitor lines that say workers were killed (not the OutOfMemoryError a task raised)
 _RAY_KILLED = re.compile(r"Workers \(tasks / actors\) killed due to memory pressure")
 
+#: hang patterns that say a rank timed out connecting to the rendezvous store: the run failed to
+#: start (formats/c10d-store.yaml), it did not hang in a collective
+STORE_CONNECT_TIMEOUT_PATTERNS = frozenset({"c10d-client-connect-timeout"})
+
 #: The finding that the run's CPU offload needs more RAM than the node has (DS203): with it, a
 #: SIGKILL has the OOM evidence a bare -9 lacks.
 RAM_SHORT_FINDING = "offload-exceeds-cpu-ram"
@@ -405,6 +409,17 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         return preflight(verdict("unknown", "pre-flight check (no log)"), findings)
 
     hang = get("hang")
+    if hang is not None and set(hang.patterns) <= STORE_CONNECT_TIMEOUT_PATTERNS:
+        # a rank that never reached the store failed to start: no collective hung
+        if exc_sym is not None and not _interrupt_only(exc_sym):
+            hang = None  # the exception it raised (RendezvousConnectionError, ...) decides below
+        else:
+            timeout = _num(hang.values, "timeout_ms", "max")
+            after = f" in {_fmt(timeout / 1000)} s" if timeout is not None else ""
+            return verdict("failed", f"a rank could not connect to the rendezvous store "
+                           f"(TCPStore){after} (line {hang.first.line}): the store's host "
+                           "(MASTER_ADDR:MASTER_PORT) did not come up or cannot be reached",
+                           hang, exit_sym, cause=hang.first)
     if hang is not None:
         tail = f", then the ranks were stopped {ending}" if ending else ""
         where = f" on {_ranks(hang).strip()}" if hang.ranks else ""
