@@ -66,11 +66,23 @@ KNOWN_MISSES: dict[tuple[str, str], str] = {
         "checkpoint-save pattern knows it yet",
     ("checkpoint-error__softcot12-eval-then-save-checkpoint-traceback.log", "checkpoint-error"):
         "the traceback is cut before its exception: only the save frames say it was the checkpoint",
+    ("hang__ds3032-torch-compile-zero2-32gpu-pyspy-dump-mainthread-backward.log", "hang"):
+        "a py-spy snapshot only (UNDECIDABLE_FATES): no timeout, no stall the text shows",
     ("disk-full__simpletuner2353-lycoris-save-weights-safetensor-no-space-os-error-28.log",
      "checkpoint-error"):
         "found as disk-full; only the save frames (save_weights -> save_file) say it was the "
         "checkpoint, and real_logs_extra's llamafactory5155 forbids checkpoint-error on the same "
         "safetensors save error without frames",
+}
+
+
+#: log -> why a run labelled hung or failed cannot be told from its text: the verdict stays
+#: unknown (exit 0, never healthy). Each must still exit 0: one that exits 1 must leave the list.
+UNDECIDABLE_FATES: dict[str, str] = {
+    "hang__ds3032-torch-compile-zero2-32gpu-pyspy-dump-mainthread-backward.log":
+        "a py-spy snapshot (MainThread idle in DeepSpeed's backward) and nothing else: one "
+        "snapshot does not show a stall, and negative__ds6524 labels the same evidence (MainThread "
+        "idle in ZeRO-3 backward) a run the text does not show failing",
 }
 
 
@@ -165,7 +177,10 @@ def test_wild_log(row: dict[str, str]) -> None:
     allowed = {k for (f, k) in KNOWN_FALSE_POSITIVES if f == row["file"]}
     assert allowed <= got, f"no longer found: leave KNOWN_FALSE_POSITIVES {sorted(allowed - got)}"
     assert not (must_not & got) - allowed, f"false positives {sorted((must_not & got) - allowed)}"
-    if row["fate"] in ERROR_FATES:
+    if row["file"] in UNDECIDABLE_FATES:
+        assert rep.verdict.fate == "unknown", f"decided now: leave UNDECIDABLE_FATES ({rep.verdict})"
+        assert rep.exit_code == 0, rep.verdict.sentence
+    elif row["fate"] in ERROR_FATES:
         assert rep.verdict.fate != "healthy", rep.verdict.sentence
         assert rep.exit_code == 1, f"a {row['fate']} run: {rep.verdict.sentence}"
     elif not expected and row["fate"] in ("healthy", "ended-mid-run", "unknown"):
