@@ -130,6 +130,9 @@ RETRY_MISSES: dict[str, str] = {
     "cuda-error__pt82079-fsdp-unet-forward-nccl-warn-cuda-failure-illegal-memory-access.log":
         "an illegal memory access, as ds4945: the label says it recurs (no); DS115 says a kernel's "
         "bug or a failing GPU (unknown)",
+    "cuda-error__axolotl1596-runpod-8xh100-three-ranks-cublas-alloc-failed-interleaved.log":
+        "CUBLAS_STATUS_ALLOC_FAILED is told as out of GPU memory (DS105: no), as mlm1509's and "
+        "dsexamples323's labels read it; this label says the cause (memory or the image) is unknown",
     "stopped__verl1860-grpo-absl-sigterm-received-at-time-pc-futexwaiter-frames.log":
         "a run stopped by SIGTERM carries on from a resume (yes, as collectors a-c labelled "
         "stopped runs); this label says unknown",
