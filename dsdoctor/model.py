@@ -50,7 +50,7 @@ SYMPTOM_KINDS: tuple[str, ...] = (
 #: Facts that only mark where something is (tracebacks' first and last lines, for DS121): rules
 #: read them, reports leave them out (they state nothing about the run).
 MARKER_FACTS: tuple[str, ...] = ("traceback-start", "traceback-frame", "traceback-end", "run-started",
-                                 "run-finished", "launcher-teardown")
+                                 "run-finished", "launcher-teardown", "nccl-timeout-location")
 
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
 

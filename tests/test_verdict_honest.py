@@ -119,10 +119,13 @@ def test_sigkill_without_oom_evidence_is_killed_and_says_how_to_tell() -> None:
 
 
 def test_sigkill_with_oom_evidence_is_a_host_oom() -> None:
+    """The kernel's OOM killer named in dmesg: the run was killed (issue 19: host OOM kills read
+    KILLED), for the host's RAM, and the OOM's retry answer holds (not a bare SIGKILL's)."""
     log = EXTRA / "cpu-oom__tranx41-dmesg-terminal-wrapped.log"
     rep = run_analysis([str(log)], engine="python")
-    assert rep.verdict.fate == "failed", rep.verdict.sentence
-    assert "host RAM" in rep.verdict.sentence
+    assert rep.verdict.fate == "killed", rep.verdict.sentence
+    assert "host RAM" in rep.verdict.sentence and "nothing in the log" not in rep.verdict.sentence
+    assert rep.verdict.retriable == "no", rep.verdict.retriable_reason
 
 
 def test_json_says_the_fate_and_its_fingerprint(tmp_path: Path, capsys) -> None:

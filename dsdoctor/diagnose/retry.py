@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from dsdoctor.diagnose.verdict import UNEXPLAINED_KILL
 from dsdoctor.model import Fact, Problem, Verdict
 
 if TYPE_CHECKING:
@@ -243,9 +244,13 @@ def assess(problems: Sequence[Problem], verdict: Verdict, facts: Sequence[Fact],
             answers[i] = culprit_answer(table, problems, answers, problem_lines) or answers[i]
     out = [replace(p, retriable=a.value, retriable_reason=a.reason)
            for p, a in zip(problems, answers)]
-    if verdict.fate in BY_FATE:
+    if verdict.fate == "killed" and out and UNEXPLAINED_KILL not in verdict.sentence:
+        # the host killed it for its RAM (an OOM kill the log names): the OOM's own answer
+        decided = Retry(out[0].retriable, out[0].retriable_reason)
+    elif verdict.fate in BY_FATE:
         decided = BY_FATE[verdict.fate]
-        if out and verdict.fate == "killed" and out[0].cause in ("cpu-oom", "killed"):
+        if out and verdict.fate == "killed" and out[0].cause in ("cpu-oom", "killed") and (
+                UNEXPLAINED_KILL in verdict.sentence):
             # the cpu-oom group of a bare SIGKILL: the fate's answer, not the OOM rule's
             out[0] = replace(out[0], retriable=decided.value, retriable_reason=decided.reason)
     elif out:

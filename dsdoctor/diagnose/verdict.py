@@ -97,6 +97,21 @@ SIGKILL_ONLY_PATTERNS = frozenset({
     "mpirun-rank-sigkill", "subprocess-killed-sigkill", "k8s-exit-code-137",
     "mp-spawn-sigkill"})
 
+#: cpu-oom patterns that say the host (the kernel, a cgroup, the scheduler, Kubernetes, Colab, Ray's
+#: memory monitor) killed a process because RAM ran out: the run did not fail, it was killed, so the
+#: fate is "killed" with the OOM as its cause (issue 19). An exception raised for lack of RAM (an
+#: allocation refused, Ray's OutOfMemoryError in the driver) stays "failed".
+HOST_OOM_KILL_PATTERNS = frozenset({
+    "kernel-oom-killed-process", "kernel-oom-kill-constraint", "kernel-oom-killer-invoked",
+    "slurm-oom-kill-events", "slurm-task-out-of-memory", "lsf-memlimit",
+    "k8s-evicted-memory-pressure", "k8s-oomkilled", "colab-session-crashed-ram"})
+#: Ray's memory-monitor lines that say workers were killed (not the OutOfMemoryError a task raised)
+_RAY_KILLED = re.compile(r"Workers \(tasks / actors\) killed due to memory pressure")
+
+#: hang patterns that say a rank timed out connecting to the rendezvous store: the run failed to
+#: start (formats/c10d-store.yaml), it did not hang in a collective
+STORE_CONNECT_TIMEOUT_PATTERNS = frozenset({"c10d-client-connect-timeout"})
+
 #: The finding that the run's CPU offload needs more RAM than the node has (DS203): with it, a
 #: SIGKILL has the OOM evidence a bare -9 lacks.
 RAM_SHORT_FINDING = "offload-exceeds-cpu-ram"
@@ -104,6 +119,10 @@ RAM_SHORT_FINDING = "offload-exceeds-cpu-ram"
 #: error-line patterns that only suggest an error (formats/generic-errors.yaml, strength 1): on
 #: their own they make the fate unknown, never failed.
 SUGGESTIVE_ERROR_PATTERNS = frozenset({"error-record", "error-warn-failed"})
+
+#: The killed verdict's words for a SIGKILL no line explains (diagnose/retry.py tells it from a
+#: host OOM kill by them: the OOM's own retry answer holds for the latter).
+UNEXPLAINED_KILL = "nothing in the log says why"
 
 #: How to tell what sent a SIGKILL, for the killed verdict.
 SIGKILL_CAUSES = ("the kernel's OOM killer (dmesg -T | grep -i oom; journalctl -k)",
@@ -302,6 +321,14 @@ def _ray_wrapped_host_kill(gpu: Symptom, cpu: Symptom | None) -> bool:
             and "ray-memory-monitor-killed" in cpu.patterns)
 
 
+def host_oom_killed(s: Symptom) -> bool:
+    """True when a cpu-oom symptom's lines say the host killed a process for its RAM."""
+    if HOST_OOM_KILL_PATTERNS & set(s.patterns):
+        return True
+    return "ray-memory-monitor-killed" in s.patterns and any(
+        _RAY_KILLED.search(e.text) for e in s.evidence)
+
+
 def sigkill_only(s: Symptom) -> bool:
     """True when a cpu-oom symptom rests on SIGKILL lines alone (no word of memory)."""
     return bool(s.patterns) and set(s.patterns) <= SIGKILL_ONLY_PATTERNS
@@ -382,6 +409,17 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         return preflight(verdict("unknown", "pre-flight check (no log)"), findings)
 
     hang = get("hang")
+    if hang is not None and set(hang.patterns) <= STORE_CONNECT_TIMEOUT_PATTERNS:
+        # a rank that never reached the store failed to start: no collective hung
+        if exc_sym is not None and not _interrupt_only(exc_sym):
+            hang = None  # the exception it raised (RendezvousConnectionError, ...) decides below
+        else:
+            timeout = _num(hang.values, "timeout_ms", "max")
+            after = f" in {_fmt(timeout / 1000)} s" if timeout is not None else ""
+            return verdict("failed", f"a rank could not connect to the rendezvous store "
+                           f"(TCPStore){after} (line {hang.first.line}): the store's host "
+                           "(MASTER_ADDR:MASTER_PORT) did not come up or cannot be reached",
+                           hang, exit_sym, cause=hang.first)
     if hang is not None:
         tail = f", then the ranks were stopped {ending}" if ending else ""
         where = f" on {_ranks(hang).strip()}" if hang.ranks else ""
@@ -420,6 +458,8 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         # steps counted in a training log say nothing about a failure in another file that made
         # no step of its own (a zero_to_fp32.py conversion, a resume that failed to load)
         where = steps if any(p.file == s.first.file and p.step for p in timeline) else ""
+        if kind == "cpu-oom" and host_oom_killed(s):
+            return verdict("killed", f"{who}{what}{detail}{where}{tail}".strip(), s, exit_sym)
         return verdict("failed", f"{who}{what}{detail}{where}{tail}".strip(), s, exit_sym)
 
     collapse = get("loss-scale-collapse")
@@ -468,8 +508,8 @@ def decide(symptoms: Mapping[str, Symptom], timeline: Sequence[TimelinePoint],
         who = _ranks(sym) or "a rank "
         exit_num = _num(sym.values, "exit_code", "min")
         exit_text = f" (exit {int(exit_num)})" if exit_num is not None and exit_num < 0 else ""
-        return verdict("killed", f"{who}was killed by SIGKILL{steps}{exit_text}; nothing in the "
-                       "log says why. Usual causes: "
+        return verdict("killed", f"{who}was killed by SIGKILL{steps}{exit_text}; {UNEXPLAINED_KILL}. "
+                       "Usual causes: "
                        + "; ".join(SIGKILL_CAUSES), sym, exit_sym, cause=sym.first)
 
     ended = exit_sym or failing_exc

@@ -28,6 +28,7 @@ from dsdoctor.logs.prefilter import hyperscan_available, make_engine
 from dsdoctor.logs.rankfacts import RANKLESS_EMITS, RankCollector, RankFacts
 from dsdoctor.logs.reader import OpenedLog, Segment, local_rank_from_path, normalize, open_log, rank_from_filename
 from dsdoctor.logs.teardown import with_launcher_exit
+from dsdoctor.logs.timeouts import with_located_timeout
 from dsdoctor.logs.tracebacks import with_raised_exceptions
 from dsdoctor.model import Evidence, Fact, FileSummary, Symptom, TimelinePoint
 from dsdoctor.redact.redactor import redact_wrapped_line, secret_word
@@ -130,7 +131,8 @@ class Scanner:
 
     def result(self) -> ScanResult:
         facts = self.facts.facts()
-        symptoms = with_launcher_exit(with_raised_exceptions(self.symptoms.build(), facts), facts)
+        symptoms = with_launcher_exit(with_raised_exceptions(
+            with_located_timeout(self.symptoms.build(), facts), facts), facts)
         return ScanResult(
             symptoms=symptoms,
             timeline=self.timeline.points(),

@@ -221,6 +221,9 @@ def cuda_error(ctx: Context, rule: Any) -> Iterator[Finding]:
     statuses = [f"{lib}_STATUS_{st}" for lib, st in zip(_texts(s.values.get("library")),
                                                          _texts(s.values.get("status")))]
     assertion = next(iter(_texts(s.values.get("assertion"))), None)
+    if (statuses and not errs and assertion is None and ctx.symptom("gpu-oom") is not None
+            and all(st.endswith("_STATUS_ALLOC_FAILED") for st in statuses)):
+        return  # a cuBLAS/cuDNN workspace the full GPU refused: DS105 (gpu-oom) explains it
     driver_cuda = vals(s, "driver_cuda", "first")
     xid = vals(s, "xid", "first")
     if isinstance(xid, (int, float)) or s.patterns.get("gpu-fallen-off-bus"):
