@@ -177,9 +177,6 @@ RETRY_MISSES: dict[str, str] = {
         "as dlrover443 (unknown)",
     "port-in-use__torchft30-lighthouse-runtimeerror-address-already-in-use-os-error-98.log":
         "as dlrover443 (unknown)",
-    "python-exception__pt107021-torchrun-c10d-client-socket-timed-out-60s-rendezvousconnectionerror.log":
-        "DS113 reads RendezvousConnectionError as a lost connection (yes); here the first "
-        "connection to the master timed out, which a wrong address repeats (label unknown)",
     "nccl-error__verl108-prime-multinode-barrier-distbackenderror-unhandled-system-error-connect.log":
         "the Connect failure is on a '[Service thread] Error encountered progressing' line no "
         "pattern reads; the system error alone answers unknown (DS114), the label yes",
