@@ -33,12 +33,17 @@ class Clock:
         return self.now
 
 
-def zero3_lines() -> tuple[str, ...]:
-    """What stacks.explain says of the real 2-rank ZeRO-3 generate hang."""
+def zero3_stacks() -> list[stacks.RankStack]:
+    """The real 2-rank ZeRO-3 generate hang's stacks (py-spy 0.4.3 dumps)."""
     def rank(r: int) -> stacks.RankStack:
         text = (DATA / "pyspy" / f"zero3_generate_rank{r}.txt").read_text()
         return stacks.RankStack(r, 100 + r, stacks.main_stack(stacks.parse_dump(text)))
-    return stacks.explain([rank(0), rank(1)]).lines
+    return [rank(0), rank(1)]
+
+
+def zero3_lines() -> tuple[str, ...]:
+    """What stacks.explain says of the real 2-rank ZeRO-3 generate hang."""
+    return stacks.explain(zero3_stacks()).lines
 
 
 @pytest.fixture
@@ -88,14 +93,19 @@ def test_a_stall_with_stacks_becomes_an_error_finding(tmp_path, fake_stacks):
     assert "fixed threshold 30s" in found.message and "rank 0 waits in" in found.message
 
 
-def test_a_stall_that_cleared_is_kept_as_a_warning(tmp_path, fake_stacks):
-    watch, said, clock = stalled_plain(tmp_path)
+def progress_after_14s(watch: PlainWatch, clock: Clock, tmp_path: Path) -> None:
+    """The stalled run writes step 4, 14 s later; watch reads it."""
     clock.now += 14
     with open(tmp_path / "train.log", "a") as fh:
         fh.write(STEP.format(n=4))
     while watch.follower.poll():
         watch.report()
     watch.report()
+
+
+def test_a_stall_that_cleared_is_kept_as_a_warning(tmp_path, fake_stacks):
+    watch, said, clock = stalled_plain(tmp_path)
+    progress_after_14s(watch, clock, tmp_path)
     assert "progress resumed after 14s stalled" in said[-1]
     [found] = watch.watch_extra()
     assert (found.name, found.severity) == ("run-stalled", "warning")
@@ -371,9 +381,8 @@ def test_cli_summary_after_the_tui_leads_with_the_culprit(capsys):
 
 def _zero3_dump(root_pid=None, procs=()):  # type: ignore[no-untyped-def]
     """rank_stacks as it returns the real ZeRO-3 generate dumps: lines and each rank's frames."""
-    ranks = [stacks.RankStack(r, 100 + r, stacks.main_stack(stacks.parse_dump(
-        (DATA / "pyspy" / f"zero3_generate_rank{r}.txt").read_text()))) for r in (0, 1)]
-    return RankStacks(tuple("rank stacks: " + line for line in stacks.explain(ranks).lines), True,
+    ranks = zero3_stacks()
+    return RankStacks(tuple("rank stacks: " + line for line in zero3_lines()), True,
                       tuple((s.rank, stacks.log_frames(s)) for s in ranks))
 
 
@@ -395,11 +404,6 @@ def test_a_stall_that_progress_cleared_leaves_the_final_analysis_to_the_log(tmp_
                                                                             monkeypatch):
     monkeypatch.setattr(plain, "rank_stacks", _zero3_dump)
     watch, _said, clock = stalled_plain(tmp_path)
-    clock.now += 14
-    with open(tmp_path / "train.log", "a") as fh:
-        fh.write(STEP.format(n=4))
-    while watch.follower.poll():
-        watch.report()
-    watch.report()
+    progress_after_14s(watch, clock, tmp_path)
     report = watch.analysis()
     assert report is not None and report.ranks is None  # the log names no rank

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from dsdoctor.logs.derived import symptom_from_facts
 from dsdoctor.model import Fact, Symptom
 
 TEARDOWN_FACT = "launcher-teardown"
 #: Kinds that already say how the ranks ended: the teardown adds nothing to them.
 ENDINGS = frozenset({"launcher-nonzero-exit", "run-stopped", "cpu-oom", "job-time-limit"})
-MAX_EVIDENCE = 8
 
 
 def with_launcher_exit(symptoms: Mapping[str, Symptom], facts: Sequence[Fact]
@@ -28,16 +28,9 @@ def with_launcher_exit(symptoms: Mapping[str, Symptom], facts: Sequence[Fact]
     out = dict(symptoms)
     if ENDINGS & set(out):
         return out
-    evidence = sorted((f.evidence for f in facts if f.name == TEARDOWN_FACT),
-                      key=lambda e: (e.file, e.line))
-    if not evidence:
-        return out
-    out["launcher-nonzero-exit"] = Symptom(
-        kind="launcher-nonzero-exit", count=len(evidence), evidence=tuple(evidence[:MAX_EVIDENCE]),
-        first=evidence[0], last=evidence[-1],
-        ranks=tuple(sorted({e.rank for e in evidence if e.rank is not None})),
-        files=tuple(dict.fromkeys(e.file for e in evidence)),
-        patterns={TEARDOWN_FACT: len(evidence)}, values={})
+    derived = symptom_from_facts("launcher-nonzero-exit", TEARDOWN_FACT, facts)
+    if derived is not None:
+        out["launcher-nonzero-exit"] = derived
     return out
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from dsdoctor.logs.derived import symptom_from_facts
 from dsdoctor.model import Fact, Symptom
 
 TIMEOUT_LOCATION_FACT = "nccl-timeout-location"
-MAX_EVIDENCE = 8
 
 
 def with_located_timeout(symptoms: Mapping[str, Symptom], facts: Sequence[Fact]
@@ -23,16 +23,9 @@ def with_located_timeout(symptoms: Mapping[str, Symptom], facts: Sequence[Fact]
     out = dict(symptoms)
     if "hang" in out:
         return out
-    evidence = sorted((f.evidence for f in facts if f.name == TIMEOUT_LOCATION_FACT),
-                      key=lambda e: (e.file, e.line))
-    if not evidence:
-        return out
-    out["hang"] = Symptom(
-        kind="hang", count=len(evidence), evidence=tuple(evidence[:MAX_EVIDENCE]),
-        first=evidence[0], last=evidence[-1],
-        ranks=tuple(sorted({e.rank for e in evidence if e.rank is not None})),
-        files=tuple(dict.fromkeys(e.file for e in evidence)),
-        patterns={TIMEOUT_LOCATION_FACT: len(evidence)}, values={})
+    derived = symptom_from_facts("hang", TIMEOUT_LOCATION_FACT, facts)
+    if derived is not None:
+        out["hang"] = derived
     return out
 
 
