@@ -247,7 +247,7 @@ def test_bash_registers_and_completes(tmp_path: Path, capsys) -> None:
              "COMP_WORDS=(dsdoctor analyze --format ''); COMP_CWORD=3; _dsdoctor; "
              "echo \"${COMPREPLY[*]}\"; "
              "COMP_WORDS=(dsdoctor analyze --sel); COMP_CWORD=2; _dsdoctor; echo \"${COMPREPLY[*]}\"")
-    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30,
+    out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=120,
                          check=True).stdout.splitlines()
     assert out[0].endswith("-F _dsdoctor dsdoctor")
     assert out[1:] == ["analyze", "text json jsonl markdown", "--select"]
