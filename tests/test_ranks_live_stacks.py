@@ -161,3 +161,21 @@ def test_a_rank_whose_lines_say_where_keeps_them_over_its_stack() -> None:
     rank1 = next(r for r in rep.ranks.ranks if r.rank == 1)
     assert not rank1.from_stack and rank1.collective == "all_reduce"
     assert rep.ranks.culprit is not None and rep.ranks.culprit.ranks == (0,)
+
+
+def test_a_lost_peer_alone_does_not_say_which_collective_the_stack_does() -> None:
+    """gloo's `Connection closed by peer` says the rank waited, not where: its stack places it."""
+    from dsdoctor.diagnose.ranks import state_of
+    from dsdoctor.logs.rankfacts import RankFacts, Where
+
+    # the line as sample_logs/cpu_offload_oom_killed/train.log has it (torch 2.13's gloo)
+    lost = Where("train.log", 200, "[rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/"
+                 "gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:8099.")
+    _rank, frames = _stack_of(1, RANK1_IN_ALL_REDUCE)
+    state = state_of(RankFacts(1, last=lost, lost_peer=lost, stack=frames))
+    assert state.from_stack and state.state == "waiting" and state.lost_peer
+    assert state.collective == "all_reduce" and state.call_site is not None
+    assert state.call_site.short == "_lm.py:62 in train_loop"
+    # with its traceback in the log, the log's frames stand
+    assert not state_of(RankFacts(1, last=lost, lost_peer=lost, stack=frames,
+                                  frames=frames[:3])).from_stack
