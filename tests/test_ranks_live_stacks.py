@@ -23,12 +23,12 @@ from dsdoctor.watch import stacks
 REPO = Path(__file__).resolve().parents[1]
 DESYNC = REPO / "sample_logs" / "hang_desync_allreduce" / "train.log"
 STALL = REPO / "sample_logs" / "dataloader_stall" / "train.log"
-VENV = "/work/main/.venv/lib/python3.11/site-packages"
-SCENARIOS = "/work/wt-samples/scripts/scenarios"
+VENV = "/home/user/venv/lib/python3.11/site-packages"
+SCENARIOS = "/home/user/dsdoctor/scripts/scenarios"
 
-# rank 1 of hang_desync_allreduce, innermost first: its traceback's frames in the sample
+# rank 1 of hang_desync_allreduce, innermost first: its traceback's frames in the sample; the paths are a user's, as py-spy prints them
 RANK1_IN_ALL_REDUCE = f"""\
-Process 3183: /work/main/.venv/bin/python -u {SCENARIOS}/hang_desync_allreduce.py --local_rank=1 --worker --deepspeed_config ds_config.json --timeout 20
+Process 3183: /home/user/venv/bin/python -u {SCENARIOS}/hang_desync_allreduce.py --local_rank=1 --worker --deepspeed_config ds_config.json --timeout 20
 Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
 
 Thread 3183 (idle): "MainThread"
@@ -55,7 +55,7 @@ Thread 3183 (idle): "MainThread"
 
 # rank 1 of dataloader_stall, in the sleep its Dataset's __getitem__ stands for a slow read
 RANK1_IN_DATASET = f"""\
-Process 27695: /work/main/.venv/bin/python -u {SCENARIOS}/dataloader_stall.py --local_rank=1 --worker --deepspeed_config ds_config.json --timeout 20
+Process 27695: /home/user/venv/bin/python -u {SCENARIOS}/dataloader_stall.py --local_rank=1 --worker --deepspeed_config ds_config.json --timeout 20
 Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
 
 Thread 27695 (idle): "MainThread"
