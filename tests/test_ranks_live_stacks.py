@@ -26,7 +26,8 @@ STALL = REPO / "sample_logs" / "dataloader_stall" / "train.log"
 VENV = "/home/user/venv/lib/python3.11/site-packages"
 SCENARIOS = "/home/user/dsdoctor/scripts/scenarios"
 
-# rank 1 of hang_desync_allreduce, innermost first: its traceback's frames in the sample; the paths are a user's, as py-spy prints them
+# rank 1 of hang_desync_allreduce, innermost first: its traceback's frames in the sample (the
+# paths are a user's, as py-spy prints them)
 RANK1_IN_ALL_REDUCE = f"""\
 Process 3183: /home/user/venv/bin/python -u {SCENARIOS}/hang_desync_allreduce.py --local_rank=1 --worker --deepspeed_config ds_config.json --timeout 20
 Python v3.11.7 (/root/.pyenv/versions/3.11.7/bin/python3.11)
