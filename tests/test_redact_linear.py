@@ -32,7 +32,7 @@ def _patterns() -> list[tuple[str, str, list[str]]]:
         out.append((f"names.{name}", getattr(names, name).pattern, named_seeds))
     pair_seeds = ['"x": "iK2ZWeqhFWCEPyYngFb51yBMW"', "x=iK2ZWeqhFWCEPyYngFb51yBMW", "a: b",
                   "GPU-8e3c1b2a-1d2e", "global_step1000_Model2"]
-    for name in ("_RUN", "_KEY_BEFORE", "_HEX", "_UUID", "_PREFIXED_HEX", "_MANGLED", "_LOWER_RUN",
+    for name in ("_RUN", "_KEY_BEFORE", "_HEX", "_PREFIXED_HEX", "_MANGLED", "_LOWER_RUN",
                  "_WORD_PART", "_CAPITALIZED"):
         out.append((f"entropy.{name}", getattr(entropy, name).pattern, pair_seeds))
     for name in ("_ENCODED_RUN", "_MARKER_RUN", "_TOKEN_RUN"):

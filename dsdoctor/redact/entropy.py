@@ -9,9 +9,9 @@ more, that mixes upper case, lower case and digits the way a random key does and
 What stays (tests/test_redact_entropy.py): pure hex and UUIDs (a git hash, a checksum or a run id
 looks exactly like a Datadog key, and a diagnosis quotes them: docs/security.md, "Limits"),
 identifiers (``Qwen2VLForConditionalGeneration``: long lower-case runs, few digits), mangled C++
-symbols (``undefined symbol: _ZN3c10...``), base64 that
-decodes to text (the base64 pass reads it: ``world_info``), and any value under a name that says
-what it is (``commit``, ``sha``, ``run_id``, ``model``, ``path``).
+symbols (``undefined symbol: _ZN3c10...``), base64 that decodes to text (the base64 pass reads
+it: ``world_info``), and any value under a name that says what it is (``commit``, ``sha``,
+``run_id``, ``model``, ``path``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import re
 from collections import Counter
 
 from dsdoctor.redact.formats import REDACTED
+from dsdoctor.redact.names import name_words
 
 # A run of token characters (20-512, base64's padding after), whole: it neither starts nor ends
 # inside a longer run; an "=" before it is a separator (x=VALUE). Cheap
@@ -36,7 +37,6 @@ _KEY_BEFORE = re.compile(
     r"\\?[\"']?\Z")
 _KEY_REACH = 112  # the longest key, its quotes and blanks
 _HEX = re.compile(r"[0-9a-fA-F]++")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 #: A C++ symbol as the Itanium ABI mangles it (``_ZN3c104cuda20CUDACachingAllocator9allocatorE``,
 #: in "undefined symbol: ..."): lengths and names, no key.
 _MANGLED = re.compile(r"_Z[A-Z]{0,4}+[0-9]")
@@ -47,8 +47,6 @@ _LOWER_RUN = re.compile(r"[a-z]{10,}")  # in a random 50-character key: 1 in ~10
 _WORD_PART = re.compile(r"(?:^|[_./-])[A-Za-z][a-z]{3,}+(?=[_./-])|[_./-][A-Za-z][a-z]{3,}+(?=[0-9]|$)")
 #: Capitalized words (``DTensorPolicyWorkerV2``): an identifier when they make most of the run.
 _CAPITALIZED = re.compile(r"[A-Z][a-z]{2,}+")
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_WORDS = re.compile(r"[^A-Za-z0-9]+")
 #: Words in a key that say what its value is: an id, a hash, a name, a place.
 _SAYS_WHAT = frozenset({
     "id", "ids", "uuid", "guid", "sha", "sha1", "sha256", "sha512", "md5", "hash", "commit",
@@ -82,8 +80,9 @@ def _decodes_to_text(run: str) -> bool:
 
 def random_looking(value: str) -> bool:
     """A run that looks like a generated key: mixed case and digits, spread out, no word."""
-    if _HEX.fullmatch(value.replace("-", "")) or _UUID.fullmatch(value) or \
-            _PREFIXED_HEX.fullmatch(value) or _MANGLED.match(value):
+    # hex with or without dashes: a hash, a checksum, a UUID
+    if _HEX.fullmatch(value.replace("-", "")) or _PREFIXED_HEX.fullmatch(value) or \
+            _MANGLED.match(value):
         return False
     body = value.rstrip("=")
     digits = sum(c.isdigit() for c in body)
@@ -98,8 +97,7 @@ def random_looking(value: str) -> bool:
 
 
 def _key_says_what(key: str) -> bool:
-    words = {w.lower() for w in _WORDS.split(_CAMEL.sub("_", key)) if w}
-    return bool(words & _SAYS_WHAT)
+    return not _SAYS_WHAT.isdisjoint(name_words(key))
 
 
 def neutral_named_values(text: str) -> list[tuple[str, str, int, int]]:

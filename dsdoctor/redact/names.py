@@ -38,7 +38,8 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 
 
-def _words(name: str) -> list[str]:
+def name_words(name: str) -> list[str]:
+    """A key's words, lower case: ``HF_TOKEN`` and ``hfToken`` are ``["hf", "token"]``."""
     return [w.lower() for w in _SPLIT.split(_CAMEL.sub("_", name.strip())) if w]
 
 
@@ -46,7 +47,7 @@ def is_secret_name(name: str) -> bool:
     """True when a variable / key name says its value is a secret (``HF_TOKEN``, ``api-key``,
     ``AccountKey``, ``_authToken``, ``KAGGLE_KEY``); tokenizer special tokens
     (``pad_token``, ``max_new_tokens``) and counts are not."""
-    words = _words(name)
+    words = name_words(name)
     if not words:
         return False
     compact = "".join(words)
@@ -66,7 +67,7 @@ def is_secret_name(name: str) -> bool:
 def is_secret_flag(flag: str) -> bool:
     """True for a command-line flag whose argument is a secret: a secret name, or any ``--*key``
     (``--wandb_key``, ``--api-key``)."""
-    words = _words(flag)
+    words = name_words(flag)
     if not words:
         return False
     return is_secret_name(flag) or (words[-1] == "key" and len(words) >= 1
